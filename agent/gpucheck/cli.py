@@ -1,0 +1,187 @@
+"""Command line: `gpucheck node | parse | profiles | checks`. Bad input is one line and exit 3."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import NoReturn
+
+from . import __version__, config, profiles
+from .model import EXIT_OK, EXIT_UNKNOWN
+
+EPILOG = """\
+exit codes (Nagios/Slurm convention): 0 all pass, 1 warnings only, 2 at least one failure,
+3 could not run (bad input, or a check that could not run and no failure).
+
+examples:
+  gpucheck node                          check this machine with the auto-selected profile
+  gpucheck node --full                   also run the bandwidth benchmarks (NCCL, ib_write_bw)
+  gpucheck node --only gpu --format json --output /var/lib/gpucheck/node.json
+  gpucheck node --profile dgx-h100 --skip gpu.xid
+  gpucheck parse nccl-tests all_reduce.log    read a log you already have
+  gpucheck profiles                      which profiles exist, which one this node gets
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_UNKNOWN, f"gpucheck: error: {message} (see --help)\n")
+
+
+def fail(message: str) -> NoReturn:
+    print(f"gpucheck: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_UNKNOWN)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def build_parser() -> Parser:
+    from .parsers import PARSERS
+    from .report import FORMATS
+
+    parser = Parser(prog="gpucheck", description="Prove that GPU servers are ready for distributed training.",
+                    epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gpucheck {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    node = sub.add_parser("node", help="check this machine", epilog=EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          description="Collect facts on this machine (NVML, kernel log, libraries, frameworks, "
+                                      "InfiniBand, host) and judge them against a profile from checks/.")
+    node.add_argument("--profile", metavar="NAME|PATH", help="force a profile (default: node.yaml, else "
+                      "chosen from the GPUs NVML reports)")
+    node.add_argument("--full", action="store_true", help="also run the active benchmarks (bw.*, "
+                      "host.read_throughput): minutes, and they load the GPUs and HCAs")
+    node.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks: ids, "
+                      "prefixes (gpu, ib) or globs (gpu.ecc*)")
+    node.add_argument("--skip", nargs="+", default=[], metavar="ID", help="leave these checks out")
+    node.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    node.add_argument("--output", metavar="FILE", help="write the report to FILE (written whole or not at all)")
+    node.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                      help="limit for each probe: NVML, tools, framework imports (default: 60)")
+    node.add_argument("--bench-timeout", type=positive_float, default=600.0, metavar="SECONDS",
+                      help="limit for each benchmark under --full (default: 600)")
+    node.add_argument("--config", metavar="FILE", help=f"site configuration (default: {config.DEFAULT_PATH})")
+
+    parse = sub.add_parser("parse", help="parse a tool's output into JSON",
+                           description="Read the output of a GPU-cluster tool and print what gpucheck reads "
+                                       "from it as JSON. Exit 3 if FILE is not that kind of output.")
+    parse.add_argument("kind", choices=sorted(PARSERS), metavar="KIND", help="one of: " + ", ".join(sorted(PARSERS)))
+    parse.add_argument("file", metavar="FILE", help="the file to read, - for standard input")
+
+    prof = sub.add_parser("profiles", help="list profiles and which one this node would get")
+    prof.add_argument("--profiles-dir", metavar="DIR", help="look here first")
+    prof.add_argument("--no-detect", action="store_true", help="do not ask NVML which profile fits")
+
+    sub.add_parser("checks", help="list every check id and what it verifies")
+    return parser
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from .node.runner import Options, UsageError, run_node
+    from .report import render
+
+    try:
+        site = config.load(args.config)
+        report = run_node(Options(args.profile, args.only, args.skip, args.full, args.timeout, args.bench_timeout),
+                          site)
+    except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
+        fail(str(exc))
+    text = render(report, args.format)
+    if args.output:
+        write_atomically(Path(args.output), text)
+        counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
+        print(f"gpucheck node: {counts} — exit {report.exit_code}; report in {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return report.exit_code
+
+
+def write_atomically(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror}")
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from .parsers import ParseError, parse
+
+    try:
+        if args.file == "-":
+            text = sys.stdin.buffer.read().decode(errors="replace")
+        else:
+            text = Path(args.file).read_bytes().decode(errors="replace")
+    except OSError as exc:
+        fail(f"cannot read {args.file}: {exc.strerror}")
+    try:
+        result = parse(args.kind, text)
+    except ParseError as exc:
+        fail(f"{args.file} is not {args.kind} output: {exc}")
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    chosen = None
+    if not args.no_detect:
+        from .node import Context
+        from .node.runner import Gatherer, choose_profile
+
+        site = config.NodeConfig(profiles_dir=args.profiles_dir)
+        try:
+            chosen = choose_profile(None, site, Gatherer(Context(timeout=10.0, config=site))).name
+        except profiles.ProfileError as exc:
+            fail(str(exc))
+    for name, path in profiles.available(args.profiles_dir).items():
+        try:
+            description = profiles.load(name, args.profiles_dir).description
+        except profiles.ProfileError as exc:
+            description = f"BROKEN: {exc}"
+        mark = "*" if name == chosen else " "
+        print(f"{mark} {name:<18} {description}  [{path}]")
+    if chosen:
+        print(f"\n* = the profile this node gets (from the GPUs NVML reports): {chosen}")
+    return EXIT_OK
+
+
+def cmd_checks(args: argparse.Namespace) -> int:
+    from .node.runner import all_checks
+
+    for check in all_checks():
+        print(f"{check.id:<24} {check.summary}{'  [--full]' if check.active else ''}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_UNKNOWN
+    handlers = {"node": cmd_node, "parse": cmd_parse, "profiles": cmd_profiles, "checks": cmd_checks}
+    try:
+        return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print("gpucheck: interrupted", file=sys.stderr)
+        return EXIT_UNKNOWN
+
+
+if __name__ == "__main__":
+    sys.exit(main())

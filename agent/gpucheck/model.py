@@ -1,0 +1,105 @@
+"""Results, reports and exit codes: the check contract shared by node and cluster."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+EVIDENCE_MAX_CHARS = 4000  # raw tool output kept with a result, enough to audit a verdict
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"  # not applicable here (e.g. no InfiniBand in the profile)
+    ERROR = "error"  # the check itself could not run: never a pass, never a hardware fault
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Monitoring convention (Nagios/Icinga plugins, Slurm health checks).
+EXIT_OK, EXIT_WARN, EXIT_FAIL, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+def truncate(text: str | None, limit: int = EVIDENCE_MAX_CHARS) -> str:
+    if not text:
+        return ""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
+
+
+@dataclass
+class Result:
+    check: str
+    status: Status
+    measured: Any = None
+    expected: Any = None
+    reason: str = ""
+    remediation: str = ""
+    evidence: str = ""
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["evidence"] = truncate(self.evidence)
+        return data
+
+
+def skip(check: str, reason: str) -> Result:
+    return Result(check, Status.SKIP, reason=reason)
+
+
+def error(check: str, reason: str, evidence: str = "", remediation: str = "") -> Result:
+    return Result(check, Status.ERROR, reason=reason, evidence=evidence, remediation=remediation)
+
+
+def exit_code(results: list[Result]) -> int:
+    """fail wins over error (a known fault is the stronger news), error over warn, warn over pass."""
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses:
+        return EXIT_FAIL
+    if Status.ERROR in statuses:
+        return EXIT_UNKNOWN
+    if Status.WARN in statuses:
+        return EXIT_WARN
+    return EXIT_OK
+
+
+@dataclass
+class Report:
+    host: str
+    profile: str
+    results: list[Result]
+    facts: dict[str, Any] = field(default_factory=dict)  # versions and inventory: what the cluster compares
+    started: str = ""
+    duration_s: float = 0.0
+    version: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.results)
+
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in Status}
+        for r in self.results:
+            counts[r.status.value] += 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpucheck_version": self.version,
+            "host": self.host,
+            "profile": self.profile,
+            "started": self.started,
+            "duration_s": round(self.duration_s, 3),
+            "exit_code": self.exit_code,
+            "counts": self.counts(),
+            "facts": self.facts,
+            "results": [r.to_dict() for r in self.results],
+        }

@@ -1,0 +1,51 @@
+"""The node checks: each domain module declares its checks; collectors gather facts once.
+
+A check is `collect` (touches the machine, once per collector, shared by the checks that need it)
+then `evaluate` (a pure function of the collected facts and the profile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import NodeConfig
+from ..model import Result
+from ..profiles import Profile
+
+
+class CollectError(Exception):
+    """Facts could not be gathered.
+
+    harness=True: the probe itself could not run (timeout, tool missing): every dependent check is
+    `error`. harness=False: the failure is a finding about the node (no driver): the checks `fail`.
+    """
+
+    def __init__(self, reason: str, remediation: str = "", evidence: str = "", harness: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.remediation = remediation
+        self.evidence = evidence
+        self.harness = harness
+
+
+@dataclass
+class Context:
+    timeout: float = 60.0
+    bench_timeout: float = 600.0
+    config: NodeConfig = field(default_factory=NodeConfig)
+    profile: Profile | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # collector name -> facts
+
+
+Evaluate = Callable[[dict[str, Any], Profile], Result]
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    needs: tuple[str, ...]  # collector names; "name?" = optional (evaluate gets None if it failed)
+    evaluate: Evaluate
+    summary: str
+    active: bool = False  # a benchmark: only with --full

@@ -1,0 +1,58 @@
+"""Helpers that turn per-GPU findings into one Result naming every affected GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..model import Result, Status
+
+SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+Finding = tuple[Status, str] | None
+
+
+def worst(statuses: list[Status]) -> Status:
+    return max(statuses, key=SEVERITY.__getitem__, default=Status.PASS)
+
+
+def gpu_label(gpu: dict[str, Any]) -> str:
+    bus = gpu.get("pci_bus_id")
+    return f"GPU{gpu['index']}" + (f" ({bus})" if bus else "")
+
+
+def live_gpus(nvml: dict[str, Any]) -> list[dict[str, Any]]:
+    return [g for g in nvml.get("gpus", []) if not g.get("lost")]
+
+
+def per_gpu(
+    check: str,
+    nvml: dict[str, Any],
+    inspect: Callable[[dict[str, Any]], Finding],
+    measure: Callable[[dict[str, Any]], Any],
+    expected: Any,
+    ok_reason: str,
+    remediation: str = "",
+) -> Result:
+    """Inspect each responsive GPU; the result is the worst finding, naming each GPU found."""
+    gpus = live_gpus(nvml)
+    if not gpus:
+        return Result(check, Status.SKIP, expected=expected, reason="no responsive GPU to inspect")
+    findings = [(gpu, inspect(gpu)) for gpu in gpus]
+    bad = [(gpu, f) for gpu, f in findings if f is not None and f[0] != Status.PASS]
+    measured = {f"GPU{g['index']}": measure(g) for g in gpus}
+    if not bad:
+        return Result(check, Status.PASS, measured, expected, ok_reason)
+    status = worst([f[0] for _, f in bad])
+    reason = "; ".join(f"{gpu_label(gpu)}: {f[1]}" for gpu, f in bad)
+    return Result(check, status, measured, expected, reason, remediation if status != Status.PASS else "")
+
+
+def version_tuple(text: str | float | None) -> tuple[int, ...]:
+    """'535.129.03' -> (535, 129, 3); tolerant of suffixes like '12.2.140' or '8.9.7-1'."""
+    parts = []
+    for piece in str(text or "").replace("-", ".").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)

@@ -1,0 +1,210 @@
+"""Each check's evaluate() on hand-made facts: a passing case and a failing case per check id.
+
+The subprocess tests in test_node_fake_nvml.py prove the same verdicts end to end through the fake
+NVML library; these cover the facts no fake can produce here (NUMA nodes, RAM size, tool output).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gpucheck.model import Status
+from gpucheck.node import bandwidth, gpu, health, host, infiniband, kernel_log, links
+from gpucheck.profiles import load
+
+H100 = load("dgx-h100")
+
+
+def healthy_gpu(index: int) -> dict:
+    return {
+        "index": index, "lost": False, "errors": {}, "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": f"00000000:{0x18 + index:02X}:00.0", "memory_total_MiB": 81559,
+        "compute_capability": "9.0", "persistence_mode": True, "mig_mode": False, "mig_mode_pending": False,
+        "ecc_mode": True, "ecc_errors": {"volatile_uncorrected": 0, "aggregate_uncorrected": 0,
+                                         "volatile_corrected": 0, "aggregate_corrected": 3},
+        "retired_pages": None, "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False,
+                                                 "failure": False},
+        "clocks_event_reasons": ["gpu_idle"], "temperature_C": 34, "temperature_slowdown_C": 87,
+        "power_W": 71.5, "power_limit_W": 700.0,
+        "pcie": {"gen": 5, "gen_max": 5, "width": 16, "width_max": 16},
+        "nvlink": {"links": 18, "up": 18, "down": []}, "numa_node": 0 if index < 4 else 1,
+    }
+
+
+def nvml_facts() -> dict:
+    return {"driver_version": "535.183.01", "cuda_driver_version": "12.2",
+            "gpus": [healthy_gpu(i) for i in range(8)]}
+
+
+def broken(mutate) -> dict:
+    facts = nvml_facts()
+    mutate(facts["gpus"][3])
+    return {"nvml": facts}
+
+
+GPU_CASES = [
+    (gpu.count, lambda g: g.update(lost=True), Status.FAIL, "GPU3 is lost"),
+    (gpu.model, lambda g: g.update(name="NVIDIA A100-SXM4-80GB"), Status.FAIL, "GPU3"),
+    (gpu.compute_capability, lambda g: g.update(compute_capability="8.0"), Status.FAIL, "8.0 < 9.0"),
+    (gpu.memory, lambda g: g.update(memory_total_MiB=40536), Status.FAIL, "40536 MiB"),
+    (gpu.persistence, lambda g: g.update(persistence_mode=False), Status.WARN, "persistence mode off"),
+    (gpu.mig, lambda g: g.update(mig_mode=True), Status.FAIL, "MIG enabled"),
+    (health.ecc_mode, lambda g: g.update(ecc_mode=False), Status.FAIL, "ECC disabled"),
+    (health.ecc_errors, lambda g: g["ecc_errors"].update(volatile_uncorrected=2), Status.FAIL, "2 volatile"),
+    (health.row_remap, lambda g: g["remapped_rows"].update(pending=True, uncorrectable=4), Status.FAIL, "pending"),
+    (health.row_remap, lambda g: g["remapped_rows"].update(failure=True), Status.FAIL, "no spare rows"),
+    (health.clocks, lambda g: g.update(clocks_event_reasons=["hw_slowdown"]), Status.FAIL, "hw_slowdown"),
+    (health.clocks, lambda g: g.update(clocks_event_reasons=["sw_thermal_slowdown"]), Status.WARN, "thermal"),
+    (health.temperature, lambda g: g.update(temperature_C=88), Status.FAIL, "slowdown threshold"),
+    (health.temperature, lambda g: g.update(temperature_C=84), Status.WARN, "within 5 C"),
+    (health.power, lambda g: g.update(power_limit_W=500.0), Status.WARN, "capped at 500 W"),
+    (links.pcie, lambda g: g.update(pcie={"gen": 3, "gen_max": 5, "width": 8, "width_max": 16}), Status.FAIL,
+     "x8 of x16"),
+    (links.pcie, lambda g: g.update(pcie={"gen": 1, "gen_max": 5, "width": 16, "width_max": 16}), Status.WARN,
+     "Gen1 of Gen5"),
+    (links.nvlink, lambda g: g.update(nvlink={"links": 18, "up": 16, "down": [4, 5]}), Status.FAIL, "down: 4, 5"),
+]
+
+
+@pytest.mark.parametrize("evaluate,mutate,status,words", GPU_CASES,
+                         ids=[f"{c[0].__module__.split('.')[-1]}.{c[0].__name__}-{c[2].value}" for c in GPU_CASES])
+def test_gpu_check_passes_when_healthy_and_names_the_faulty_gpu(evaluate, mutate, status, words):
+    assert evaluate({"nvml": nvml_facts()}, H100).status == Status.PASS
+    result = evaluate(broken(mutate), H100)
+    assert result.status == status, result
+    assert words in result.reason
+    if evaluate is not gpu.count:
+        assert "GPU3" in result.reason and "GPU2" not in result.reason
+    assert result.remediation
+
+
+def test_driver_older_than_the_stack_needs_fails():
+    facts = {"nvml": nvml_facts()}
+    assert gpu.driver(facts, H100).status == Status.PASS
+    facts["nvml"].update(driver_version="525.147.05", cuda_driver_version="12.0")
+    result = gpu.driver(facts, H100)
+    assert result.status == Status.FAIL
+    assert "525.147.05 older than 535.54.03" in result.reason and "CUDA 12.0" in result.reason
+
+
+def test_count_fails_with_seven_of_eight():
+    facts = {"nvml": nvml_facts()}
+    facts["nvml"]["gpus"].pop()
+    result = gpu.count(facts, H100)
+    assert (result.status, result.measured, result.expected) == (Status.FAIL, 7, 8)
+
+
+def test_retired_pages_pending_fails_and_unsupported_skips():
+    v100 = load("dgx1-v100")
+    facts = {"nvml": nvml_facts()}
+    assert health.retired_pages(facts, v100).status == Status.SKIP  # H100s use row remapping
+    for g in facts["nvml"]["gpus"]:
+        g["retired_pages"] = {"single_bit": 1, "double_bit": 0, "pending": False}
+    assert health.retired_pages(facts, v100).status == Status.PASS
+    facts["nvml"]["gpus"][6]["retired_pages"] = {"single_bit": 2, "double_bit": 1, "pending": True}
+    result = health.retired_pages(facts, v100)
+    assert result.status == Status.FAIL and "GPU6" in result.reason and "pending" in result.reason
+    facts["nvml"]["gpus"][6]["retired_pages"] = {"single_bit": 50, "double_bit": 11, "pending": False}
+    assert "61 retired pages > 60" in health.retired_pages(facts, v100).reason
+
+
+def test_fabric_manager_required_on_nvswitch_only():
+    assert links.fabric_manager({"fabric_manager": {"running": True, "pid": 42}}, H100).status == Status.PASS
+    result = links.fabric_manager({"fabric_manager": {"running": False, "pid": None}}, H100)
+    assert result.status == Status.FAIL and "nv-fabricmanager is not running" in result.reason
+    assert links.fabric_manager({"fabric_manager": {"running": False}}, load("dgx1-v100")).status == Status.SKIP
+
+
+def test_nic_affinity_warns_for_a_gpu_on_a_numa_node_without_nic():
+    nics = {"nic_numa": {"nics": {f"mlx5_{i}": 0 if i < 4 else 1 for i in range(8)}}}
+    assert links.nic_affinity({"nvml": nvml_facts(), **nics}, H100).status == Status.PASS
+    facts = broken(lambda g: g.update(numa_node=3))
+    result = links.nic_affinity({**facts, **nics}, H100)
+    assert result.status == Status.WARN and "GPU3" in result.reason and "NUMA node 3" in result.reason
+    none = links.nic_affinity({"nvml": nvml_facts(), "nic_numa": {"nics": {}}}, H100)
+    assert none.status == Status.FAIL and "no RDMA device" in none.reason
+
+
+def xid_log(events: list[dict], fallen: list[str] | None = None) -> dict:
+    return {"kernel_log": {"events": events, "fallen_off_bus": fallen or [], "counts": {}}}
+
+
+def test_xid_grades_by_severity():
+    assert kernel_log.xid(xid_log([]), H100).status == Status.PASS
+    app = kernel_log.xid(xid_log([{"xid": 13, "pci": "0000:18:00", "severity": "info"}]), H100)
+    assert app.status == Status.PASS and "Xid 13" in app.reason
+    fatal = kernel_log.xid(xid_log([{"xid": 79, "pci": "0000:1b:00", "severity": "fatal"}] * 2), H100)
+    assert fatal.status == Status.FAIL and "Xid 79 on 0000:1b:00 x2" in fatal.reason
+    warn = kernel_log.xid(xid_log([{"xid": 92, "pci": "0000:18:00", "severity": "warn"}]), H100)
+    assert warn.status == Status.WARN
+    fallen = kernel_log.xid(xid_log([], ["0000:3b:00"]), H100)
+    assert fallen.status == Status.FAIL and "0000:3b:00 has fallen off the bus" in fallen.reason
+
+
+def ibstat_facts(states: list[tuple[str, float]]) -> dict:
+    cas = [{"name": f"mlx5_{i}", "ports": [{"port": 1, "state": s, "physical_state": "LinkUp" if s == "Active"
+                                             else "Polling", "rate_Gbps": r, "link_layer": "InfiniBand"}]}
+           for i, (s, r) in enumerate(states)]
+    return {"ib_ports": {"available": True, "complete": True, "cas": cas}}
+
+
+def test_ib_ports_counts_active_ports_at_rate():
+    assert infiniband.ports(ibstat_facts([("Active", 400)] * 8), H100).status == Status.PASS
+    result = infiniband.ports(ibstat_facts([("Active", 400)] * 7 + [("Down", 10)]), H100)
+    assert result.status == Status.FAIL and "7 of 8" in result.reason and "mlx5_7/1 Down" in result.reason
+    slow = infiniband.ports(ibstat_facts([("Active", 400)] * 7 + [("Active", 200)]), H100)
+    assert slow.status == Status.FAIL and "mlx5_7/1 at 200 Gb/s" in slow.reason
+    missing = infiniband.ports({"ib_ports": {"available": False, "cas": []}}, H100)
+    assert missing.status == Status.ERROR
+    assert infiniband.ports(ibstat_facts([]), load("pcie-1gpu")).status == Status.SKIP
+
+
+def test_ib_loopback_against_the_minimum():
+    ok = {"ib_loopback": {"available": True, "results": {"mlx5_0/1": {"bw_avg_Gbps": 391.2}}}}
+    assert infiniband.loopback(ok, H100).status == Status.PASS
+    slow = {"ib_loopback": {"available": True, "results": {"mlx5_0/1": {"bw_avg_Gbps": 192.4}}}}
+    result = infiniband.loopback(slow, H100)
+    assert result.status == Status.FAIL and "mlx5_0/1 192.4 Gb/s" in result.reason
+    assert infiniband.loopback({"ib_loopback": {"available": False}}, H100).status == Status.ERROR
+
+
+def test_nccl_allreduce_against_the_minimum():
+    def facts(busbw, failed=False):
+        return {"nvml": nvml_facts(), "nccl_bw": {"available": True, "gpus": 8, "evidence": "",
+                                                  "command_failed": None, "parsed": {
+                                                      "max_busbw_GBps": busbw, "failed": failed,
+                                                      "errors": ["Test NCCL failure"] if failed else [],
+                                                      "wrong_total": 0}}}
+    assert bandwidth.allreduce(facts(478.2), H100).status == Status.PASS
+    slow = bandwidth.allreduce(facts(235.3), H100)
+    assert slow.status == Status.FAIL and "235.3 GB/s < 400 GB/s" in slow.reason
+    corrupt = bandwidth.allreduce(facts(480.0, failed=True), H100)
+    assert corrupt.status == Status.FAIL and "Test NCCL failure" in corrupt.reason
+    absent = bandwidth.allreduce({"nvml": None, "nccl_bw": {"available": False}}, H100)
+    assert absent.status == Status.ERROR and "not found" in absent.reason
+
+
+def host_facts(ram=2048.0, cores=224, free=None) -> dict:
+    return {"host": {"ram_GiB": ram, "cpu_cores_logical": cores, "cpu_cores_physical": cores // 2,
+                     "disk_free_GiB": free or {"/": 400.0, "/tmp": 400.0}}, "nvml": nvml_facts()}
+
+
+def test_host_checks():
+    assert host.memory(host_facts(), H100).status == Status.PASS
+    small = host.memory(host_facts(ram=512.0), H100)
+    assert small.status == Status.FAIL and "512 GiB RAM < 2 x 637 GiB" in small.reason
+    assert host.cpu(host_facts(), H100).status == Status.PASS
+    assert host.cpu(host_facts(cores=64), H100).status == Status.FAIL
+    assert host.disk(host_facts(), H100).status == Status.PASS
+    full = host.disk(host_facts(free={"/": 3.2, "/tmp": 400.0}), H100)
+    assert full.status == Status.FAIL and "/ has 3.2 GiB free < 50 GiB" in full.reason
+
+
+def test_read_throughput_against_the_minimum():
+    profile = copy.deepcopy(H100)
+    profile.data["host"]["read_throughput_MBps_min"] = 1000
+    assert host.read_throughput({"host_read": {"path": "/data", "MBps": 2100.4}}, profile).status == Status.PASS
+    slow = host.read_throughput({"host_read": {"path": "/data", "MBps": 180.0}}, profile)
+    assert slow.status == Status.FAIL and "180 MB/s from /data < 1000 MB/s" in slow.reason
