@@ -133,7 +133,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     try:
         result = parse(args.kind, text)
     except ParseError as exc:
-        fail(f"{args.file} is not {args.kind} output: {exc}")
+        fail(f"{args.file}: {exc}")
     print(json.dumps(result, indent=2, sort_keys=True))
     return EXIT_OK
 

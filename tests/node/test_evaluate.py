@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from gpucheck.model import Status
 from gpucheck.node import bandwidth, gpu, health, host, infiniband, kernel_log, links
 from gpucheck.profiles import load
@@ -49,7 +48,7 @@ GPU_CASES = [
     (gpu.model, lambda g: g.update(name="NVIDIA A100-SXM4-80GB"), Status.FAIL, "GPU3"),
     (gpu.compute_capability, lambda g: g.update(compute_capability="8.0"), Status.FAIL, "8.0 < 9.0"),
     (gpu.memory, lambda g: g.update(memory_total_MiB=40536), Status.FAIL, "40536 MiB"),
-    (gpu.persistence, lambda g: g.update(persistence_mode=False), Status.WARN, "persistence mode off"),
+    (gpu.persistence, lambda g: g.update(persistence_mode=False), Status.FAIL, "persistence mode off"),
     (gpu.mig, lambda g: g.update(mig_mode=True), Status.FAIL, "MIG enabled"),
     (health.ecc_mode, lambda g: g.update(ecc_mode=False), Status.FAIL, "ECC disabled"),
     (health.ecc_errors, lambda g: g["ecc_errors"].update(volatile_uncorrected=2), Status.FAIL, "2 volatile"),
@@ -208,3 +207,19 @@ def test_read_throughput_against_the_minimum():
     assert host.read_throughput({"host_read": {"path": "/data", "MBps": 2100.4}}, profile).status == Status.PASS
     slow = host.read_throughput({"host_read": {"path": "/data", "MBps": 180.0}}, profile)
     assert slow.status == Status.FAIL and "180 MB/s from /data < 1000 MB/s" in slow.reason
+
+
+def test_nic_affinity_uses_sysfs_numa_when_nvml_has_none():
+    facts = nvml_facts()
+    for g in facts["gpus"]:
+        g["numa_node"] = None  # NVML answers NotSupported on x86 hosts
+    sysfs = {"nics": {"mlx5_0": 0}, "gpus": {i: 0 for i in range(8)}}
+    assert links.nic_affinity({"nvml": facts, "nic_numa": sysfs}, H100).status == Status.PASS
+    sysfs["gpus"][5] = 1
+    result = links.nic_affinity({"nvml": facts, "nic_numa": sysfs}, H100)
+    assert result.status == Status.WARN and "GPU5" in result.reason
+
+
+def test_sysfs_address_from_nvml_bus_id():
+    assert links.sysfs_pci_address("00000000:1B:00.0") == "0000:1b:00.0"
+    assert links.sysfs_pci_address("00000009:01:00.0") == "0009:01:00.0"

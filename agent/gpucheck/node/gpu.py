@@ -56,7 +56,9 @@ def compute_capability(f: dict[str, Any], p: Profile) -> Result:
         return None if version_tuple(cc) >= need else (Status.FAIL, f"compute capability {cc} < {minimum}")
 
     return per_gpu("gpu.compute_capability", f["nvml"], inspect, lambda g: g.get("compute_capability"),
-                   f">= {minimum}", f"compute capability >= {minimum}")
+                   f">= {minimum}", f"compute capability >= {minimum}",
+                   "this GPU generation is too old for the profile's stack: use a profile for this hardware "
+                   "(--profile) or a stack built for it")
 
 
 def driver(f: dict[str, Any], p: Profile) -> Result:
@@ -93,7 +95,7 @@ def persistence(f: dict[str, Any], p: Profile) -> Result:
         return Result("gpu.persistence", Status.SKIP, reason="profile does not require persistence mode")
     return per_gpu(
         "gpu.persistence", f["nvml"],
-        lambda g: None if g.get("persistence_mode") else (Status.WARN, "persistence mode off"),
+        lambda g: None if g.get("persistence_mode") else (Status.FAIL, "persistence mode off"),
         lambda g: g.get("persistence_mode"), True, "persistence mode on",
         "start nvidia-persistenced (systemctl enable --now nvidia-persistenced); without it every job pays "
         "driver initialisation and GPU state can reset between jobs")

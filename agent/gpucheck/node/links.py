@@ -78,17 +78,28 @@ def fabric_manager(f: dict[str, Any], p: Profile) -> Result:
                   "systemctl enable --now nvidia-fabricmanager; its version must equal the driver's")
 
 
+def _numa_node(device_dir: Path) -> int | None:
+    try:
+        return int((device_dir / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def sysfs_pci_address(bus_id: str) -> str:
+    """NVML's '00000000:18:00.0' (8-digit domain) -> sysfs '0000:18:00.0'."""
+    domain, _, rest = bus_id.lower().partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.lower()
+
+
 def collect_nic_numa(ctx: Context) -> dict[str, Any]:
-    """NUMA node of every RDMA device, from sysfs (the kernel's own view)."""
-    nics = {}
+    """NUMA node of every RDMA device and GPU, from sysfs: NVML reports none on x86 hosts."""
     root = Path("/sys/class/infiniband")
-    if root.is_dir():
-        for dev in sorted(root.iterdir()):
-            try:
-                nics[dev.name] = int((dev / "device" / "numa_node").read_text().strip())
-            except (OSError, ValueError):
-                nics[dev.name] = None
-    return {"nics": nics}
+    nics = {dev.name: _numa_node(dev / "device") for dev in sorted(root.iterdir())} if root.is_dir() else {}
+    gpus = {}
+    for g in live_gpus(ctx.facts.get("nvml") or {}):
+        if g.get("pci_bus_id"):
+            gpus[g["index"]] = _numa_node(Path("/sys/bus/pci/devices") / sysfs_pci_address(g["pci_bus_id"]))
+    return {"nics": nics, "gpus": gpus}
 
 
 def nic_affinity(f: dict[str, Any], p: Profile) -> Result:
@@ -101,8 +112,14 @@ def nic_affinity(f: dict[str, Any], p: Profile) -> Result:
                       "install the IB stack (site.yml --tags network) and check the HCAs are seen (ibstat)")
     numas = set(nics.values())
 
-    def inspect(g: dict[str, Any]) -> Finding:
+    sysfs_gpus = f["nic_numa"].get("gpus", {})
+
+    def numa(g: dict[str, Any]) -> int | None:
         node = g.get("numa_node")
+        return node if node is not None else sysfs_gpus.get(g["index"])
+
+    def inspect(g: dict[str, Any]) -> Finding:
+        node = numa(g)
         if node is None or node < 0:
             return None  # single-socket or not reported: nothing to mismatch
         if node not in numas:
@@ -111,7 +128,7 @@ def nic_affinity(f: dict[str, Any], p: Profile) -> Result:
 
     if not live_gpus(f["nvml"]):
         return Result("gpu.nic_affinity", Status.SKIP, reason="no responsive GPU")
-    return per_gpu("gpu.nic_affinity", f["nvml"], inspect, lambda g: g.get("numa_node"),
+    return per_gpu("gpu.nic_affinity", f["nvml"], inspect, numa,
                    {"nic_numa_nodes": nics}, "every GPU has an RDMA NIC on its NUMA node",
                    "traffic will cross the CPU interconnect: check the NIC placement and NCCL_IB_HCA mapping")
 

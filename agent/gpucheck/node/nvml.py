@@ -28,6 +28,7 @@ CLOCK_EVENT_BITS = {
 
 
 def decode(value: Any) -> Any:
+    """nvidia-ml-py 13 returns str; older releases returned bytes."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 

@@ -1,0 +1,35 @@
+# One command for the demo, one for the tests. Both install what they need first (root: apt-get).
+VENV   ?= .venv
+PYTHON ?= python3
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test lint deps setup clean
+
+demo: setup            ## bring up the lab, provision it with site.yml, validate it, print the report
+	$(PY) -m lab demo $(ARGS)
+
+test: setup            ## the whole suite, lab integration tests included (needs root)
+	$(PY) -m pytest $(ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check agent tests lab bench
+
+setup: deps $(STAMP)
+
+deps:                  ## Debian packages for the lab, the fake NVML build and the tests
+	@missing=$$(for p in $$(cat lab/apt-packages.txt tests/apt-packages.txt | grep -v '^#'); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages: $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[cluster,test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,33 @@
+"""Helpers shared by the tests (imported as `support`; conftest.py puts tests/ on sys.path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT.parent / "shared" / "fixtures" / "real"  # ../shared beside the clone, as in CI
+TEST_PROFILES = Path(__file__).resolve().parent / "profiles"
+
+
+def run_gpucheck(args: list[str], env: dict[str, str] | None = None, timeout: float = 120,
+                 stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run the agent as a user would: a separate process, its own environment."""
+    environ = dict(env if env is not None else os.environ)
+    environ["PYTHONPATH"] = str(ROOT / "agent") + os.pathsep + environ.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "gpucheck", *args], capture_output=True, text=True,
+                          env=environ, timeout=timeout, input=stdin)
+
+
+def report_of(done: subprocess.CompletedProcess) -> dict:
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"not JSON (exit {done.returncode}):\n{done.stdout}\n{done.stderr}") from None
+
+
+def by_check(report: dict) -> dict[str, dict]:
+    return {r["check"]: r for r in report["results"]}
