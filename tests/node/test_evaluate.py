@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from gpucheck.model import Status
 from gpucheck.node import bandwidth, gpu, health, host, infiniband, kernel_log, links
 from gpucheck.profiles import load

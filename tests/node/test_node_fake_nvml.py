@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from support import REAL, TEST_PROFILES, by_check, report_of, run_gpucheck
 
 from lab.fakenvml import build_library, env_for, scenario_path
+from support import REAL, TEST_PROFILES, by_check, report_of, run_gpucheck
 
 CI_PROFILE = str(TEST_PROFILES / "dgx-h100-ci.yaml")
 IBSTAT_H100 = (REAL / "ibstat" / "ibstat-h100-12hca-8xNDR400-active-3eth-down.txt").read_text()

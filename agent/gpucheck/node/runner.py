@@ -132,10 +132,6 @@ def evaluate(check: Check, gather: Gatherer, profile: profiles.Profile) -> Resul
     return result
 
 
-def versions_of(facts: dict[str, Any] | None) -> dict[str, Any]:
-    return {}  # TODO wire to libraries/frameworks facts
-
-
 def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> dict[str, Any]:
     """What `gpucheck cluster` compares across nodes."""
     nvml_facts = ctx.facts.get("nvml") or {}
@@ -146,8 +142,8 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
         "cuda_driver_version": nvml_facts.get("cuda_driver_version"),
         "gpu_count": len(gpus),
         "gpu_models": sorted({g.get("name") for g in gpus if g.get("name")}),
-        "libraries": versions_of(ctx.facts.get("libraries")),
-        "frameworks": versions_of(ctx.facts.get("frameworks")),
+        "libraries": libraries.summary(ctx.facts.get("libraries")),
+        "frameworks": frameworks.summary(ctx.facts.get("frameworks")),
         "collect_seconds": gather.timings,
         "collect_errors": {name: exc.reason for name, exc in gather.failures.items()},
     }

@@ -6,29 +6,44 @@ when the text is not that tool's output. No I/O, no subprocesses: collection hap
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterator, Mapping
 
-from . import dcgmi, horovod_build, ibstat, nccl_debug, nccl_tests, nvidia_smi_xml, perftest, topo, xid
 from ._common import ParseError
 
 __all__ = ["PARSERS", "ParseError", "parse"]
 
-PARSERS: dict[str, Callable[[str], dict]] = {
-    "nccl-tests": nccl_tests.parse,
-    "perftest": perftest.parse,
-    "ibstat": ibstat.parse,
-    "horovod-build": horovod_build.parse,
-    "xid": xid.parse,
-    "topo": topo.parse,
-    "nccl-debug": nccl_debug.parse,
-    "dcgmi": dcgmi.parse,
-    "nvidia-smi-xml": nvidia_smi_xml.parse,
+# kind -> module. Modules are imported on first use: their regexes cost more at start-up than a
+# node check takes, and a node run needs only two or three kinds.
+MODULES = {
+    "nccl-tests": "nccl_tests",
+    "perftest": "perftest",
+    "ibstat": "ibstat",
+    "horovod-build": "horovod_build",
+    "xid": "xid",
+    "topo": "topo",
+    "nccl-debug": "nccl_debug",
+    "dcgmi": "dcgmi",
+    "nvidia-smi-xml": "nvidia_smi_xml",
 }
+
+
+class _LazyParsers(Mapping[str, Callable[[str], dict]]):
+    def __getitem__(self, kind: str) -> Callable[[str], dict]:
+        return importlib.import_module(f"{__name__}.{MODULES[kind]}").parse
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(MODULES)
+
+    def __len__(self) -> int:
+        return len(MODULES)
+
+
+PARSERS: Mapping[str, Callable[[str], dict]] = _LazyParsers()
 
 
 def parse(kind: str, text: str) -> dict:
     """Parse `text` as the output of `kind`; ParseError (never KeyError) for an unknown kind."""
-    parser = PARSERS.get(kind)
-    if parser is None:
-        raise ParseError(f"unknown kind {kind!r}; known: {', '.join(sorted(PARSERS))}")
-    return parser(text)
+    if kind not in MODULES:
+        raise ParseError(f"unknown kind {kind!r}; known: {', '.join(sorted(MODULES))}")
+    return PARSERS[kind](text)
