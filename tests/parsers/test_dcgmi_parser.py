@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from gpucheck.parsers import ParseError, parse
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"

@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from gpucheck.parsers import PARSERS, ParseError, parse
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
