@@ -155,7 +155,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         except profiles.ProfileError as exc:
             description = f"BROKEN: {exc}"
         mark = "*" if name == chosen else " "
-        print(f"{mark} {name:<18} {description}  [{path}]")
+        print(f"{mark} {name:<22} {description}  [{path}]")
     if chosen:
         print(f"\n* = the profile this node gets (from the GPUs NVML reports): {chosen}")
     return EXIT_OK
