@@ -24,6 +24,7 @@ def one_line_error(done) -> str:
     (["node", "--profile", "no-such-profile"], "unknown profile 'no-such-profile'"),
     (["node", "--profile", "/nonexistent/p.yaml"], "does not exist"),
     (["node", "--only", "gpu.nonsense"], "no check matches 'gpu.nonsense'"),
+    (["node", "--only", "bw"], "need --full"),
     (["node", "--timeout", "soon"], "is not a number of seconds"),
     (["node", "--format", "pdf"], "invalid choice"),
     (["node", "--frobnicate"], "unrecognized arguments"),

@@ -62,7 +62,10 @@ def select_checks(only: list[str], skip: list[str], full: bool) -> list[Check]:
             raise UsageError(f"no check matches '{pattern}' (see `gpucheck checks`)")
     chosen = [c for c in checks if not only or any(_matches(c, p) for p in only)]
     chosen = [c for c in chosen if not any(_matches(c, p) for p in skip)]
-    return [c for c in chosen if not c.active or full or c.id in only]
+    chosen = [c for c in chosen if not c.active or full or c.id in only]
+    if not chosen:
+        raise UsageError("no check left to run (the bw.* benchmarks and host.read_throughput need --full)")
+    return chosen
 
 
 @dataclass
