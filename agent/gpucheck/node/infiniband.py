@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from typing import Any
+
+import psutil
 
 from ..model import Result, Status
 from ..parsers import ParseError, parse
@@ -69,6 +72,18 @@ def ports(f: dict[str, Any], p: Profile) -> Result:
     return Result("ib.ports", status, measured, expected, reason, evidence=facts.get("evidence", ""))
 
 
+def wait_listening(proc: subprocess.Popen, limit_s: float = 3.0) -> None:
+    """The client must not connect before the server listens on its out-of-band TCP port."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if any(c.status == psutil.CONN_LISTEN for c in psutil.Process(proc.pid).net_connections("tcp")):
+                return
+        except psutil.Error:
+            return
+        time.sleep(0.05)
+
+
 def collect_loopback(ctx: Context) -> dict[str, Any]:
     """ib_write_bw server and client on this host, one HCA port at a time."""
     ports_facts = ctx.facts.get("ib_ports") or collect_ports(ctx)
@@ -80,7 +95,7 @@ def collect_loopback(ctx: Context) -> dict[str, Any]:
         server = start(base)
         if server is None:
             return {"available": False, "results": {}}
-        time.sleep(1)  # the server must listen before the client connects
+        wait_listening(server)
         client = run([*base, "localhost"], ctx.bench_timeout)
         finish(server, 10)
         key = f"{ca}/{port['port']}"
