@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from . import __version__, config, profiles
+from .cluster import cli as cluster_cli
 from .model import EXIT_OK, EXIT_UNKNOWN
 
 EPILOG = """\
@@ -86,6 +87,7 @@ def build_parser() -> Parser:
     prof.add_argument("--no-detect", action="store_true", help="do not ask NVML which profile fits")
 
     sub.add_parser("checks", help="list every check id and what it verifies")
+    cluster_cli.add_parser(sub)
     return parser
 
 
@@ -175,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_UNKNOWN
-    handlers = {"node": cmd_node, "parse": cmd_parse, "profiles": cmd_profiles, "checks": cmd_checks}
+    handlers = {"node": cmd_node, "parse": cmd_parse, "profiles": cmd_profiles, "checks": cmd_checks,
+                "cluster": cluster_cli.run}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

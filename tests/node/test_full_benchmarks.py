@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from support import REAL, by_check, report_of, run_gpucheck
 
 from lab.fakenvml import build_library, env_for, scenario_path
+from support import REAL, by_check, report_of, run_gpucheck
 
 NCCL_A100 = (REAL / "nccl-tests" / "a100-8gpu-allreduce-oldformat-superbench.txt").read_text()
 NCCL_CORRUPT = (REAL / "nccl-tests" / "gh200-2node-allreduce-wrong-96-32-at-1MB-FAILED-v2.17.8-nccltests369.txt")

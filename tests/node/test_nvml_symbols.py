@@ -11,9 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import ROOT
-
 from lab.fakenvml import build_library, env_for, scenario_path
+from support import ROOT
 
 CHILD = """
 import json, sys

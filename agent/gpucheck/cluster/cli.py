@@ -1,0 +1,155 @@
+"""`gpucheck cluster`: the subcommand's options and its run. Kept free of heavy imports (ansible,
+fabric, rich load only when the command runs), so `gpucheck --help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..model import EXIT_UNKNOWN
+
+EPILOG = """\
+exit codes: 0 every node and cluster check passes, 1 warnings only, 2 at least one failure (a failed
+check, an unreachable or hung node, version drift), 3 could not check everything (bad input, a node
+that refused our key or host key, an agent that is missing or crashed) and no failure.
+
+examples:
+  gpucheck cluster -i inventory/prod                   every host of gpu_nodes (else all)
+  gpucheck cluster -i inventory/prod --limit 'node0*' --profile hgx-h100
+  gpucheck cluster --full --report /srv/handoff/rack3  benchmarks too; stragglers vs the fleet median
+"""
+
+
+def _positive(kind: type, what: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {what}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError("must be greater than 0")
+        return value
+    return parse
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError("must be in (0, 1]")
+    return value
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "cluster", help="check every node of an Ansible inventory, compare them, write a handoff report",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run `gpucheck node` on every host of the Ansible inventory over SSH, compare the nodes "
+                    "(versions, GPU models, stragglers), and write report.json, junit.xml, report.md, "
+                    "report.html and drain.txt.")
+    inv = p.add_argument_group("hosts (read with Ansible's own inventory code)")
+    inv.add_argument("-i", "--inventory", action="append", metavar="INVENTORY",
+                     help="inventory file, directory or host list; repeatable (default: as Ansible finds it "
+                          "from ansible.cfg)")
+    inv.add_argument("--pattern", metavar="PATTERN", help="Ansible host pattern (default: the gpu_nodes group if "
+                     "the inventory has one, else all); compare one kind of node at a time")
+    inv.add_argument("-l", "--limit", metavar="SUBSET", help="further limit the hosts, as ansible --limit")
+    node = p.add_argument_group("what each node runs")
+    node.add_argument("--profile", metavar="NAME", help="force this profile on every node (default: each node's own)")
+    node.add_argument("--full", action="store_true", help="also run the node benchmarks (bw.*): needed to find "
+                      "stragglers")
+    node.add_argument("--timeout", type=_positive(float, "a number of seconds"), metavar="SECONDS",
+                      help="the node agent's limit per probe (its --timeout)")
+    node.add_argument("--remote-command", default="gpucheck", metavar="CMD",
+                      help="the agent's command on the nodes (default: gpucheck)")
+    ssh = p.add_argument_group("fan-out")
+    ssh.add_argument("--forks", type=_positive(int, "a whole number"), default=50, metavar="N",
+                     help="hosts checked at once (default: 50)")
+    ssh.add_argument("--host-timeout", type=_positive(float, "a number of seconds"), default=300.0,
+                     metavar="SECONDS", help="a host with no report after this is timed out (default: 300)")
+    ssh.add_argument("--connect-timeout", type=_positive(float, "a number of seconds"), default=10.0,
+                     metavar="SECONDS", help="SSH connect limit per host (default: 10; ConnectTimeout in "
+                     "ansible_ssh_common_args wins)")
+    cmp = p.add_argument_group("comparison and report")
+    cmp.add_argument("--straggler-fraction", type=_fraction, default=0.9, metavar="F",
+                     help="a node below F x the fleet median of a measured figure is a straggler (default: 0.9)")
+    cmp.add_argument("--network-sample", type=_positive(int, "a whole number"), metavar="K",
+                     help="network stage: test K rounds of the pair schedule, spread over it (default: all)")
+    cmp.add_argument("--report", type=Path, metavar="DIR",
+                     help="report directory (default: ./gpucheck-report-<UTC time>/)")
+
+
+def fail(message: str) -> int:
+    print(f"gpucheck: error: {message}", file=sys.stderr)
+    return EXIT_UNKNOWN
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..report import cluster as report
+    from . import fanout, progress, stages, verdict
+    from .context import ClusterContext, Options
+    from .inventory import InventoryError, load
+
+    options = Options(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
+                      host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
+                      remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
+                      network_sample=args.network_sample)
+    try:
+        fanout.build_command(options)
+    except ValueError as exc:
+        return fail(str(exc))
+    try:
+        inventory = load(args.inventory, args.pattern, args.limit)
+    except InventoryError as exc:
+        return fail(str(exc))
+    started_at = dt.datetime.now(dt.timezone.utc)
+    directory = args.report or report.default_dir(started_at)
+    try:
+        writer = report.ReportWriter(directory)
+    except OSError as exc:
+        return fail(f"cannot create report directory {directory}: {exc.strerror}")
+
+    ctx = ClusterContext(options, inventory)
+    began = time.monotonic()
+    started = started_at.isoformat(timespec="seconds")
+    argv = ["gpucheck", *sys.argv[1:]]
+
+    def save(complete: bool = False, interrupted: bool = False) -> dict[str, Any]:
+        doc = verdict.document(ctx, started, time.monotonic() - began, argv, complete, interrupted)
+        writer.write(doc)
+        return doc
+
+    try:
+        save()
+        print(f"gpucheck cluster: {len(inventory.hosts)} host(s) from {', '.join(inventory.sources)} "
+              f"(pattern {inventory.pattern}{', limit ' + args.limit if args.limit else ''}); report in {directory}/")
+        with progress.make(len(inventory.hosts)) as bar:
+            def done(outcome: Any) -> None:
+                ctx.nodes[outcome.host] = outcome
+                writer.node(outcome.host, outcome.to_dict())
+                bar.update(outcome)
+
+            fan_began = time.monotonic()
+            fanout.fan_out(inventory.hosts, options, done)
+            ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
+        verdict.fail_safe(ctx.nodes)
+        save()
+        for name, stage in stages.STAGES:
+            stages.run_stage(name, stage, ctx)
+            save()
+        doc = save(complete=True)
+    except KeyboardInterrupt:
+        doc = save(interrupted=True)
+        sys.stdout.write(report.render_summary(doc, directory))
+        print("gpucheck: interrupted", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except OSError as exc:  # the report directory went away or filled up
+        return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
+    sys.stdout.write(report.render_summary(doc, directory))
+    return int(doc["exit_code"])

@@ -1,0 +1,75 @@
+"""What the cluster stages share: the options, the hosts, each node's outcome, and what the stages add
+(results, per-node figures for the straggler comparison, pair bandwidths, scaling points)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Result, Status
+from .inventory import Inventory
+
+
+@dataclass
+class ClusterResult(Result):
+    """A cluster-level result; `nodes` maps each node it blames to why (those nodes are drained on fail)."""
+
+    nodes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NodeOutcome:
+    """What running `gpucheck node` on one host gave: its report, or why there is none."""
+
+    host: str
+    status: Status
+    reason: str
+    kind: str  # report | unreachable | timeout | auth | host-key | ssh | agent-missing | agent-crashed | usage
+    wall_s: float = 0.0
+    exit_code: int | None = None  # the remote command's exit status, when it ended
+    report: dict[str, Any] | None = None
+    evidence: str = ""
+
+    @property
+    def facts(self) -> dict[str, Any] | None:
+        return (self.report or {}).get("facts") if self.report else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "status": self.status.value, "reason": self.reason, "kind": self.kind,
+                "wall_s": round(self.wall_s, 3), "exit_code": self.exit_code, "evidence": self.evidence,
+                "report": self.report}
+
+
+@dataclass
+class Options:
+    profile: str | None = None
+    full: bool = False
+    node_timeout: float | None = None
+    forks: int = 50
+    host_timeout: float = 300.0
+    connect_timeout: float = 10.0
+    remote_command: str = "gpucheck"
+    straggler_fraction: float = 0.9
+    network_sample: int | None = None
+
+
+@dataclass
+class ClusterContext:
+    options: Options
+    inventory: Inventory
+    nodes: dict[str, NodeOutcome] = field(default_factory=dict)
+    results: list[Result] = field(default_factory=list)
+    # metric -> node -> value, higher is better; stages add theirs before the straggler stage runs
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)
+    # network stage: {"a", "b", "value", "unit", "status"}; smoke stage: {"label", "gpus", "throughput", "efficiency"}
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    scaling: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def checked(self) -> list[str]:
+        """Nodes that returned a report, in inventory order: the ones later stages can use."""
+        return [h.name for h in self.inventory.hosts if h.name in self.nodes and self.nodes[h.name].report]
+
+    def usable(self) -> list[str]:
+        """Checked nodes that did not fail: partners for network and training stages."""
+        return [n for n in self.checked() if self.nodes[n].status != Status.FAIL]

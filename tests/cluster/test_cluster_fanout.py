@@ -1,0 +1,284 @@
+"""`gpucheck cluster` against a real sshd on 127.0.0.1: each simulated host is a port of that sshd,
+and its agent is a script the test controls (healthy, failing, hung, crashed, missing...)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from cluster_helpers import (
+    LoopbackSshd,
+    alive,
+    free_port,
+    keygen,
+    load_report,
+    node_report,
+    run_cluster,
+    write_inventory,
+)
+
+from gpucheck.cluster import fanout
+from gpucheck.cluster.context import Options
+from gpucheck.cluster.inventory import load
+from gpucheck.model import Status
+from gpucheck.report.cluster import FILES
+
+
+def cluster(sshd: LoopbackSshd, tmp_path: Path, hosts: dict[str, dict], *extra: str, timeout: float = 120):
+    inventory = write_inventory(tmp_path / "hosts.yml", sshd, hosts)
+    report = tmp_path / "report"
+    began = time.monotonic()
+    done = run_cluster(["-i", str(inventory), "--remote-command", str(sshd.agent), "--report", str(report), *extra],
+                       timeout=timeout, cwd=tmp_path)
+    return done, report, time.monotonic() - began
+
+
+def healthy(sshd: LoopbackSshd, count: int) -> dict[str, dict]:
+    hosts = {}
+    for i, port in enumerate(sshd.ports[:count], 1):
+        sshd.report(port, node_report(f"node{i:02d}"))
+        hosts[f"node{i:02d}"] = {"ansible_port": port}
+    return hosts
+
+
+def test_all_healthy_exit_0_and_every_report_file(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    done, report, _ = cluster(sshd, tmp_path, healthy(sshd, 3))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in report.iterdir()) == sorted([*FILES, "nodes"])
+    assert sorted(p.name for p in (report / "nodes").iterdir()) == ["node01.json", "node02.json", "node03.json"]
+    doc = load_report(report)
+    assert doc["complete"] is True and doc["exit_code"] == 0
+    assert [n["status"] for n in doc["nodes"].values()] == ["pass"] * 3
+    assert all(n["report"]["facts"]["driver_version"] == "535.183.01" for n in doc["nodes"].values())
+    assert [h["name"] for h in doc["inventory"]["hosts"]] == ["node01", "node02", "node03"]
+    assert set(doc["timings"]) >= {"fanout", "consistency", "stragglers"}
+    assert (report / "drain.txt").read_text() == ""
+    suites = ET.parse(report / "junit.xml").getroot()
+    node_checks = sum(len(n["report"]["results"]) for n in doc["nodes"].values())
+    assert int(suites.get("tests")) == node_checks + len(doc["cluster"])
+    assert suites.get("failures") == "0" and suites.get("errors") == "0"
+    assert "gpucheck cluster" in (report / "report.html").read_text()
+    assert "verdict: PASS — exit 0" in done.stdout and f"report: {report}/" in done.stdout
+    assert done.stdout.count("] node0") == 3  # one plain progress line per host (not a terminal)
+    assert done.stderr == ""
+    assert not list(report.glob(".*")), "temporary files left behind"
+
+
+def test_one_failing_node_exits_2_and_is_drained(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 3)
+    sshd.report(sshd.ports[1], node_report("node02", fail={"gpu.ecc_errors": "GPU3: 12 uncorrected volatile errors"}))
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    assert done.returncode == 2, done.stdout + done.stderr
+    drained = (report / "drain.txt").read_text()
+    assert drained == "node02 gpucheck: gpu.ecc_errors GPU3: 12 uncorrected volatile errors\n"
+    doc = load_report(report)
+    assert doc["nodes"]["node02"]["status"] == "fail" and doc["nodes"]["node02"]["reason"] == "1 fail: gpu.ecc_errors"
+    assert "drain (1): node02" in done.stdout
+
+
+def test_unreachable_node_is_a_result_and_the_rest_are_checked(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 2)
+    hosts["node03"] = {"ansible_port": free_port()}  # nothing listens there
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    assert done.returncode == 2
+    doc = load_report(report)
+    node03 = doc["nodes"]["node03"]
+    assert (node03["status"], node03["kind"]) == ("fail", "unreachable")
+    assert node03["reason"].startswith("unreachable: 127.0.0.1:") and "connection refused" in node03["reason"]
+    assert [doc["nodes"][n]["status"] for n in ("node01", "node02")] == ["pass", "pass"]
+    assert (report / "drain.txt").read_text().startswith("node03 gpucheck: unreachable: ")
+    case = ET.parse(report / "junit.xml").getroot().find("testsuite[@name='gpucheck.node.node03']/testcase")
+    assert case.find("error") is not None and case.find("error").get("type") == "unreachable"
+
+
+def test_every_node_unreachable_is_our_side_and_drains_nothing(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    done, report, _ = cluster(sshd, tmp_path, {"node01": {"ansible_port": free_port()},
+                                               "node02": {"ansible_port": free_port()}})
+    assert done.returncode == 3
+    doc = load_report(report)
+    assert {n["status"] for n in doc["nodes"].values()} == {"error"}
+    assert "no node was reachable" in doc["nodes"]["node01"]["reason"]
+    assert (report / "drain.txt").read_text() == ""
+
+
+def test_wrong_key_is_an_authentication_failure(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 2)
+    hosts["node02"]["ansible_ssh_private_key_file"] = str(sshd.other_key)
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    assert done.returncode == 3, done.stdout  # could not check node02; nothing failed
+    node02 = load_report(report)["nodes"]["node02"]
+    assert (node02["status"], node02["kind"]) == ("error", "auth")
+    assert node02["reason"].startswith(f"authentication failed as root@127.0.0.1:{sshd.ports[1]} with key ")
+    assert (report / "drain.txt").read_text() == ""  # our key is wrong: not the node's fault
+
+
+def digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def test_unknown_host_key_is_refused_and_never_added(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 2)
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    hosts["node02"]["ansible_ssh_common_args"] = (f"-o UserKnownHostsFile={empty} -o StrictHostKeyChecking=yes "
+                                                  "-o GlobalKnownHostsFile=/dev/null")
+    user_known = Path.home() / ".ssh" / "known_hosts"
+    before = digest(user_known)
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    assert done.returncode == 3
+    node02 = load_report(report)["nodes"]["node02"]
+    assert (node02["status"], node02["kind"]) == ("error", "host-key")
+    assert f"host key of [127.0.0.1]:{sshd.ports[1]} is not in known_hosts ({empty}): refused, not added" in \
+        node02["reason"]
+    assert empty.read_text() == "" and digest(user_known) == before
+
+
+def test_changed_host_key_is_refused(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 1)
+    other = keygen(tmp_path / "impostor")
+    wrong = tmp_path / "wrong_known_hosts"
+    wrong.write_text(f"[127.0.0.1]:{sshd.ports[0]} " + " ".join(Path(f"{other}.pub").read_text().split()[:2]) + "\n")
+    hosts["node01"]["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={wrong} -o GlobalKnownHostsFile=none"
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    node01 = load_report(report)["nodes"]["node01"]
+    assert (node01["status"], node01["kind"]) == ("error", "host-key")
+    assert "does not match known_hosts" in node01["reason"]
+
+
+def test_strict_host_key_checking_no_connects_without_writing_known_hosts(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 1)
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    hosts["node01"]["ansible_ssh_common_args"] = (f"-o UserKnownHostsFile={empty} -o StrictHostKeyChecking=no "
+                                                  "-o GlobalKnownHostsFile=/dev/null")
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    assert done.returncode == 0, done.stdout
+    assert empty.read_text() == ""
+
+
+def test_hung_agent_times_out_within_the_limit_and_is_ended(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 2)
+    sshd.hang(sshd.ports[1])
+    limit = 3.0
+    done, report, elapsed = cluster(sshd, tmp_path, hosts, "--host-timeout", str(limit))
+    assert done.returncode == 2
+    node02 = load_report(report)["nodes"]["node02"]
+    assert (node02["status"], node02["kind"]) == ("fail", "timeout")
+    assert node02["reason"] == "timed out: no report within 3 s (hung agent?)"
+    assert limit <= node02["wall_s"] < limit + 5  # connect + the limit + our 2 s backstop at most
+    assert elapsed < limit + 15, f"the whole run took {elapsed:.1f} s"  # process start, ansible, ssh included
+    time.sleep(0.5)
+    assert not [pid for pid in sshd.hung_pids() if alive(pid)], "the hung agent still runs on the node"
+    assert (report / "drain.txt").read_text().startswith("node02 gpucheck: timed out")
+
+
+def test_version_drift_names_the_node_and_both_versions(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 3)
+    sshd.report(sshd.ports[2], node_report("node03", driver="535.161.08"))
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    assert done.returncode == 2
+    result = next(r for r in load_report(report)["cluster"] if r["check"] == "cluster.consistency.driver_version")
+    assert result["reason"] == "node03: driver 535.161.08, 2 others: 535.183.01"
+    assert result["nodes"] == {"node03": "driver 535.161.08 (majority 535.183.01)"}
+    assert (report / "drain.txt").read_text() == ("node03 gpucheck: cluster.consistency.driver_version driver "
+                                                  "535.161.08 (majority 535.183.01)\n")
+    assert "node03: driver 535.161.08, 2 others: 535.183.01" in done.stdout
+
+
+@pytest.mark.parametrize(("script", "kind", "reason"), [
+    ("echo 'Traceback (most recent call last):' >&2\necho '  File \"x.py\", line 1' >&2\n"
+     "echo 'ZeroDivisionError: division by zero' >&2\nexit 1\n",
+     "agent-crashed", "agent crashed: exit 1 and no JSON report: ZeroDivisionError: division by zero"),
+    ("echo 'gpucheck: error: no profile named x (see --help)' >&2\nexit 3\n",
+     "usage", "agent refused the command (exit 3): gpucheck: error: no profile named x (see --help)"),
+    ("echo '{\"half\": ' \nexit 2\n", "agent-crashed", "agent crashed: exit 2 and no JSON report: {\"half\":"),
+])
+def test_broken_agents_are_errors_with_evidence(sshd: LoopbackSshd, tmp_path: Path, script, kind, reason) -> None:
+    hosts = healthy(sshd, 2)
+    sshd.behave(sshd.ports[1], script)
+    done, report, _ = cluster(sshd, tmp_path, hosts)
+    assert done.returncode == 3
+    node02 = load_report(report)["nodes"]["node02"]
+    assert (node02["status"], node02["kind"], node02["reason"]) == ("error", kind, reason)
+    if kind == "agent-crashed" and "Traceback" in script:
+        assert node02["evidence"].startswith("Traceback (most recent call last):")
+
+
+def test_missing_agent_is_exit_127(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 1)
+    done, report, _ = cluster(sshd, tmp_path, hosts, "--remote-command", str(tmp_path / "no" / "gpucheck"))
+    node01 = load_report(report)["nodes"]["node01"]
+    assert (node01["status"], node01["kind"], node01["exit_code"]) == ("error", "agent-missing", 127)
+    assert node01["reason"].startswith("gpucheck agent not found on the node (exit 127)")
+
+
+def test_values_reach_the_remote_shell_quoted(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    hosts = healthy(sshd, 1)
+    argv_file = tmp_path / "argv.json"
+    sshd.behave(sshd.ports[0], f"python3 -c 'import json, sys; json.dump(sys.argv[1:], open(\"{argv_file}\", \"w\"))' "
+                               "\"$@\"\nexit 3\n")
+    evil = f"x'; touch {tmp_path}/pwned; echo '$(id)"
+    cluster(sshd, tmp_path, hosts, "--profile", evil, "--timeout", "7", "--full")
+    assert json.loads(argv_file.read_text()) == ["node", "--format", "json", "--profile", evil, "--timeout", "7",
+                                                 "--full"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_forks_bound_the_hosts_checked_at_once(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    log = tmp_path / "concurrency.log"
+    hosts = {}
+    for i, port in enumerate(sshd.ports[:4], 1):
+        path = sshd.agent_dir / f"report-{port}.json"
+        path.write_text(json.dumps(node_report(f"node{i:02d}")))
+        sshd.behave(port, f"echo start >> '{log}'; sleep 1; echo end >> '{log}'; cat '{path}'\n")
+        hosts[f"node{i:02d}"] = {"ansible_port": port}
+    done, _, _ = cluster(sshd, tmp_path, hosts, "--forks", "2")
+    assert done.returncode == 0
+    running, peak = 0, 0
+    for line in log.read_text().split():
+        running += 1 if line == "start" else -1
+        peak = max(peak, running)
+    assert peak == 2
+
+
+def test_fan_out_in_process_keeps_inventory_order(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    sshd.report(sshd.ports[0], node_report("node01", fail={"gpu.xid": "Xid 79 on GPU2"}))
+    inventory = write_inventory(tmp_path / "hosts.yml", sshd, {"zeta": {"ansible_port": free_port()},
+                                                               "node01": {"ansible_port": sshd.ports[0]}})
+    seen = []
+    outcomes = fanout.fan_out(load([str(inventory)]).hosts, Options(remote_command=str(sshd.agent)), seen.append)
+    assert list(outcomes) == ["zeta", "node01"] and sorted(o.host for o in seen) == ["node01", "zeta"]
+    assert outcomes["node01"].status == Status.FAIL and outcomes["node01"].report["exit_code"] == 2
+    assert (outcomes["zeta"].status, outcomes["zeta"].kind) == (Status.FAIL, "unreachable")
+
+
+def test_connect_errors_are_classified() -> None:
+    import socket
+
+    from paramiko.ssh_exception import SSHException
+
+    from gpucheck.cluster.inventory import Host
+
+    host = Host("n1", "n1.example", 22, "root", None, ("/k",), True)
+    cases = [
+        (socket.gaierror(-2, "Name or service not known"), Status.FAIL, "unreachable",
+         "unreachable: cannot resolve n1.example: Name or service not known"),
+        (TimeoutError(), Status.FAIL, "unreachable", "unreachable: n1.example:22: no answer within 10 s"),
+        (OSError(113, "No route to host"), Status.FAIL, "unreachable", "unreachable: n1.example:22: no route to host"),
+        (SSHException("Error reading SSH protocol banner"), Status.ERROR, "ssh",
+         "SSH handshake with n1.example:22 failed: Error reading SSH protocol banner"),
+    ]
+    for exc, status, kind, reason in cases:
+        assert fanout._connect_error(host, exc, 10) == (status, kind, reason)
+
+
+def test_interpret_tolerates_a_banner_before_the_report() -> None:
+    report = node_report("n1")
+    outcome = fanout.interpret("n1", "Welcome to n1\n" + json.dumps(report, indent=2), "", 0, 1.0, 300)
+    assert outcome.kind == "report" and outcome.status == Status.PASS and outcome.report == report
+    outcome = fanout.interpret("n1", "", "", 124, 300.0, 300)
+    assert (outcome.status, outcome.kind) == (Status.FAIL, "timeout")

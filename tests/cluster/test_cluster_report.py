@@ -1,0 +1,205 @@
+"""The verdict (drain list, exit code, fail-safe) and the report files, on sample data that includes
+what the lab stages will add (pair bandwidths, scaling points)."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from cluster_helpers import node_report
+
+from gpucheck.cluster import stages, verdict
+from gpucheck.cluster.context import ClusterContext, ClusterResult, NodeOutcome, Options
+from gpucheck.cluster.inventory import Host, Inventory
+from gpucheck.model import Status
+from gpucheck.report import cluster as report
+
+
+def context(n: int = 4) -> ClusterContext:
+    hosts = [Host(f"node{i:02d}", "127.0.0.1", 2200 + i, "root", None, (), True) for i in range(1, n + 1)]
+    return ClusterContext(Options(), Inventory(["hosts.yml"], "gpu_nodes", None, hosts))
+
+
+def reported(ctx: ClusterContext, name: str, **kwargs) -> None:
+    doc = node_report(name, **kwargs)
+    status = {0: Status.PASS, 1: Status.WARN, 2: Status.FAIL, 3: Status.ERROR}[doc["exit_code"]]
+    ctx.nodes[name] = NodeOutcome(name, status, "x", "report", 1.0, doc["exit_code"], doc)
+
+
+def sample_context() -> ClusterContext:
+    ctx = context(4)
+    reported(ctx, "node01", measured={"bw.nccl_allreduce": 480.0})
+    reported(ctx, "node02", measured={"bw.nccl_allreduce": 300.0}, fail={"gpu.ecc_errors": "GPU3 12 uncorrected"})
+    reported(ctx, "node03", measured={"bw.nccl_allreduce": 470.0}, driver="535.161.08")
+    ctx.nodes["node04"] = NodeOutcome("node04", Status.FAIL, "unreachable: 127.0.0.1:2204: connection refused",
+                                      "unreachable", 0.1)
+    for name, stage in stages.STAGES:
+        stages.run_stage(name, stage, ctx)
+    ctx.pairs = [{"a": a, "b": b, "value": v, "unit": "Gb/s", "status": "fail" if v < 100 else "pass"}
+                 for a, b, v in (("node01", "node02", 42.0), ("node01", "node03", 190.5), ("node02", "node03", 40.0))]
+    ctx.scaling = [{"label": "horovod-tf", "gpus": g, "throughput": 100.0 * g * e, "efficiency": e, "unit": "img/s"}
+                   for g, e in ((1, 1.0), (2, 0.97), (4, 0.93), (8, 0.9))]
+    return ctx
+
+
+def test_exit_code_fail_wins_then_error_then_warn() -> None:
+    ctx = context(2)
+    reported(ctx, "node01")
+    reported(ctx, "node02")
+    assert verdict.overall_exit(ctx) == 0
+    ctx.results.append(ClusterResult("cluster.straggler.bw.x", Status.WARN))
+    assert verdict.overall_exit(ctx) == 1
+    ctx.nodes["node02"] = NodeOutcome("node02", Status.ERROR, "auth", "auth")
+    assert verdict.overall_exit(ctx) == 3
+    ctx.results.append(ClusterResult("cluster.consistency.driver_version", Status.FAIL))
+    assert verdict.overall_exit(ctx) == 2
+    assert verdict.overall_exit(context(2)) == 3, "no node checked yet: could not check"
+
+
+def test_an_interrupted_or_partial_run_is_never_a_pass() -> None:
+    ctx = context(2)
+    reported(ctx, "node01")
+    assert verdict.overall_exit(ctx) == 3  # node02 never answered
+    reported(ctx, "node02")
+    assert verdict.overall_exit(ctx, interrupted=True) == 3
+
+
+def test_fail_safe_only_when_every_node_is_unreachable() -> None:
+    ctx = context(2)
+    for name in ("node01", "node02"):
+        ctx.nodes[name] = NodeOutcome(name, Status.FAIL, "unreachable: refused", "unreachable")
+    verdict.fail_safe(ctx.nodes)
+    assert {o.status for o in ctx.nodes.values()} == {Status.ERROR} and verdict.drain(ctx) == []
+    ctx = sample_context()
+    assert ctx.nodes["node04"].status == Status.FAIL
+
+
+def test_drain_combines_node_failures_and_cluster_blame_with_the_prefix() -> None:
+    ctx = sample_context()
+    lines = dict(verdict.drain(ctx))
+    assert list(lines) == ["node02", "node03", "node04"]  # inventory order
+    assert lines["node02"] == "gpucheck: gpu.ecc_errors GPU3 12 uncorrected"
+    assert lines["node03"] == "gpucheck: cluster.consistency.driver_version driver 535.161.08 (majority 535.183.01)"
+    assert lines["node04"] == "gpucheck: unreachable: 127.0.0.1:2204: connection refused"
+    # the straggler is a warning: named in the report, not drained
+    straggler = next(r for r in ctx.results if r.check == "cluster.straggler.bw.nccl_allreduce")
+    assert straggler.status == Status.WARN and list(straggler.nodes) == ["node02"]
+
+
+def test_a_crashing_stage_is_an_error_result_not_a_crash() -> None:
+    ctx = context(1)
+
+    def broken(ctx):
+        raise RuntimeError("boom")
+
+    [result] = stages.run_stage("network", broken, ctx)
+    assert result.check == "cluster.network" and result.status == Status.ERROR
+    assert "RuntimeError: boom" in result.reason and "Traceback" in result.evidence
+    assert "network" in ctx.timings
+
+
+def doc() -> dict:
+    return verdict.document(sample_context(), "2026-01-01T00:00:00+00:00", 12.5, ["gpucheck", "cluster"], True)
+
+
+def test_the_document_holds_everything() -> None:
+    d = doc()
+    assert d["exit_code"] == 2 and d["complete"] is True
+    assert d["counts"]["nodes"] == {"pass": 1, "warn": 0, "fail": 3, "skip": 0, "error": 0}
+    assert d["nodes"]["node02"]["report"]["facts"]["driver_version"] == "535.183.01"
+    assert d["nodes"]["node04"]["address"] == "127.0.0.1:2204"
+    assert [h["name"] for h in d["inventory"]["hosts"]] == ["node01", "node02", "node03", "node04"]
+    assert {"consistency", "stragglers"} <= set(d["timings"])
+    json.dumps(d)  # serialisable as is
+
+
+def test_junit_one_case_per_node_check_and_cluster_check() -> None:
+    d = doc()
+    root = ET.fromstring(report.render_junit(d))
+    node_cases = sum(len(n["report"]["results"]) for n in d["nodes"].values() if n.get("report")) + 1  # + node04
+    assert int(root.get("tests")) == node_cases + len(d["cluster"])
+    node04 = root.find("testsuite[@name='gpucheck.node.node04']")
+    [case] = node04.findall("testcase")
+    assert case.find("error").get("message").startswith("unreachable: ")
+    ecc = root.find("testsuite[@name='gpucheck.node.node02']/testcase[@name='gpu.ecc_errors']")
+    assert ecc.find("failure").get("type") == "fail"
+    drift = root.find("testsuite[@name='gpucheck.cluster']/testcase[@name='cluster.consistency.driver_version']")
+    assert "node03: driver 535.161.08" in drift.find("failure").get("message")
+
+
+def test_drain_txt_and_markdown() -> None:
+    d = doc()
+    assert report.render_drain(d).splitlines()[0] == "node02 gpucheck: gpu.ecc_errors GPU3 12 uncorrected"
+    md = report.render_markdown(d)
+    assert md.startswith("# gpucheck cluster — FAIL (exit 2)")
+    assert "| FAIL | `cluster.consistency.driver_version` | node03: driver 535.161.08, 2 others: 535.183.01 |" in md
+    assert "## Pair bandwidth" in md and "| horovod-tf | 8 | 720 img/s | 90% |" in md
+
+
+def test_html_is_self_contained_with_heat_map_and_scaling_chart() -> None:
+    page = report.render_html(doc())
+    assert page.startswith("<!DOCTYPE html>")
+    # no external asset of any kind: scripts, styles, images, fonts
+    assert not re.search(r"""(src|href)\s*=|<link|<script|@import|url\(""", page)
+    assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"] * 2  # SVG namespace names only
+    assert 'aria-label="pair bandwidth matrix"' in page and 'aria-label="scaling efficiency chart"' in page
+    assert page.count("<rect ") >= 2 * 3  # every pair twice (symmetric matrix)
+    assert "node01 - node02: 42 Gb/s" in page
+    assert "<polyline" in page and ">ideal</text>" in page and "90% at 512 GPUs" in page
+    assert "node04" in page and "unreachable: 127.0.0.1:2204" in page
+
+
+def test_html_without_network_or_scaling_data_has_neither_section() -> None:
+    ctx = context(1)
+    reported(ctx, "node01")
+    page = report.render_html(verdict.document(ctx, "t", 1.0, [], True))
+    assert "pair bandwidth matrix" not in page and "scaling efficiency chart" not in page
+
+
+def test_html_escapes_inventory_names() -> None:
+    ctx = context(1)
+    ctx.inventory.hosts[0] = Host("<script>alert(1)</script>", "127.0.0.1", 22, "root", None, (), True)
+    ctx.nodes["<script>alert(1)</script>"] = NodeOutcome("<script>alert(1)</script>", Status.FAIL, "<b>x</b>",
+                                                         "unreachable")
+    page = report.render_html(verdict.document(ctx, "t", 1.0, [], True))
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_writer_writes_atomically_and_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = report.ReportWriter(tmp_path / "r")
+    writer.node("node/../01", {"host": "x"})
+    assert (tmp_path / "r" / "nodes" / "node_.._01.json").exists()
+    d = doc()
+    writer.write(d)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted([*report.FILES, "nodes"])
+    assert (tmp_path / "r" / "report.json").stat().st_mode & 0o777 == 0o666 & ~report.UMASK
+    # a failure half-way leaves the previous file whole and no temporary file behind
+    before = (tmp_path / "r" / "report.md").read_text()
+
+    def explode(doc):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "render_markdown", explode)
+    with pytest.raises(OSError):
+        writer.write(d)
+    assert (tmp_path / "r" / "report.md").read_text() == before
+    assert not list((tmp_path / "r").glob(".*"))
+
+
+def test_terminal_summary_names_odd_nodes_drain_and_report_path() -> None:
+    text = report.render_summary(doc(), Path("out"))
+    assert "gpucheck cluster: 4 node(s): 1 pass, 3 fail" in text
+    assert "  FAIL    node04: unreachable: 127.0.0.1:2204: connection refused" in text
+    assert "cluster.consistency.driver_version: node03: driver 535.161.08, 2 others: 535.183.01" in text
+    assert "drain (3): node02, node03, node04  -> out/drain.txt" in text
+    assert text.rstrip().endswith("report: out/\nverdict: FAIL — exit 2")
+
+
+def test_default_report_dir_is_a_utc_timestamp() -> None:
+    import datetime as dt
+
+    when = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc)
+    assert str(report.default_dir(when)) == "gpucheck-report-20260304T050607Z"
