@@ -1,0 +1,87 @@
+"""Fixtures for the Ansible tests: the tools, and how to run them against this repository."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RECAP_RE = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
+
+
+class AnsibleRepo:
+    """Runs ansible-playbook, ansible and ansible-lint from this venv against the repository."""
+
+    repo = REPO
+    # Everything this repository's Ansible content is made of (other paths belong to other tools).
+    content = ["site.yml", "playbooks", "roles", "inventory/prod", "inventory/lab/group_vars"]
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+
+    @staticmethod
+    def tool(name: str) -> str:
+        beside = Path(sys.executable).parent / name
+        if beside.exists():
+            return str(beside)
+        found = shutil.which(name)
+        if not found:
+            pytest.fail(f"{name} is not installed: pip install -e '.[test]'")
+        return found
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_FORCE_COLOR="0",
+            ANSIBLE_LOCAL_TEMP=str(self.tmp_path / "ansible-local"),
+            ANSIBLE_LOCALHOST_WARNING="0",
+            ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        )
+        return env
+
+    def run(self, tool: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.tool(tool), *args],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    @staticmethod
+    def recap(output: str) -> dict[str, dict[str, int]]:
+        """PLAY RECAP lines as {host: {ok, changed, unreachable, failed}} (idempotency checks)."""
+        return {
+            m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
+            for m in RECAP_RE.findall(output)
+        }
+
+    def lab_inventory(self, hosts: dict[str, dict], **extra_vars: object) -> Path:
+        """A lab-shaped inventory (the shape lab/inventory.py writes) with the repo's lab group_vars."""
+        directory = self.tmp_path / "lab-inventory"
+        directory.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "all": {
+                "vars": {"lab_proxy_url": "http://10.77.0.1:3128", "lab_cluster_network": "10.77.0.0/24", **extra_vars},
+                "children": {"admin": {"hosts": {}}, "gpu_nodes": {"hosts": hosts}},
+            }
+        }
+        (directory / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        shutil.copytree(REPO / "inventory" / "lab" / "group_vars", directory / "group_vars", dirs_exist_ok=True)
+        return directory
+
+
+@pytest.fixture
+def ansible_repo(tmp_path: Path) -> AnsibleRepo:
+    return AnsibleRepo(tmp_path)

@@ -1,0 +1,139 @@
+"""`site.yml --check` on this Debian 12 machine, with the lab's settings: it completes, says what it
+would do, and changes nothing (every task that runs for real in check mode only reads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+# Paths a real run would create; check mode must leave each exactly as it found it.
+WATCHED = [
+    "/etc/apt/sources.list.d/debian-nonfree.sources",
+    "/etc/apt/preferences.d/nvidia-driver.pref",
+    "/etc/modprobe.d/blacklist-nouveau.conf",
+    "/etc/openmpi/openmpi-mca-params.conf",
+    "/etc/ssh/ssh_known_hosts.d/gpucheck",
+    "/etc/ssh/ssh_config.d/gpucheck-cluster.conf",
+    "/opt/stacks",
+    "/opt/gpucheck",
+    "/etc/gpucheck",
+    "/var/lib/gpucheck",
+    "/usr/local/bin/gpucheck",
+]
+
+
+def _debian12_with_apt_bindings() -> bool:
+    try:
+        release = Path("/etc/os-release").read_text()
+    except OSError:
+        return False
+    if "ID=debian" not in release or 'VERSION_ID="12"' not in release or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import apt, apt_pkg"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+def _snapshot() -> dict[str, tuple[bool, float | None]]:
+    state = {}
+    for path in WATCHED:
+        p = Path(path)
+        state[path] = (p.exists() or p.is_symlink(), p.lstat().st_mtime if p.is_symlink() or p.exists() else None)
+    return state
+
+
+@pytest.mark.skipif(not _debian12_with_apt_bindings(), reason="needs root on Debian 12 with python3-apt")
+@pytest.mark.skipif(os.environ.get("GPUCHECK_SKIP_CHECK_MODE") == "1", reason="GPUCHECK_SKIP_CHECK_MODE=1")
+def test_check_mode_completes_on_this_host_and_changes_nothing(ansible_repo) -> None:
+    inventory = ansible_repo.lab_inventory(
+        {
+            "localhost": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "controller_cache_dir": str(ansible_repo.tmp_path / "cache"),
+                # Fail rather than install python3-apt / fill an index if this host lacked them.
+                "preflight_check_mode_bootstrap": False,
+            }
+        }
+    )
+    before = _snapshot()
+    result = ansible_repo.run("ansible-playbook", "site.yml", "-i", str(inventory), "--check", "--diff", timeout=1800)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert ansible_repo.recap(output)["localhost"]["failed"] == 0
+    assert _snapshot() == before, "check mode changed this host"
+    assert not (ansible_repo.tmp_path / "cache").exists(), "check mode wrote to the controller cache"
+
+    # What it would do, from the messages and diffs.
+    assert "libnvidia-cfg1, nvidia-persistenced at version" in output and "535.*" in output
+    assert "Components: contrib non-free non-free-firmware" in output
+    assert "Pin: version 535.*" in output
+    assert "blacklist nouveau" in output
+    assert "btl_tcp_if_include = 10.77.0.0/24" in output
+    assert "oob_tcp_if_include = 10.77.0.0/24" in output
+    assert "python: /opt/stacks/tf-horovod/bin/python" in output
+    assert "profile: lab" in output
+    assert "No NVSwitch on this host" in output
+    assert "no Horovod 0.28.1 wheel on the controller yet" in output
+
+
+@pytest.mark.skipif(not _debian12_with_apt_bindings(), reason="needs root on Debian 12 with python3-apt")
+@pytest.mark.skipif(os.environ.get("GPUCHECK_SKIP_CHECK_MODE") == "1", reason="GPUCHECK_SKIP_CHECK_MODE=1")
+def test_check_mode_shows_the_nvidia_repository_path(ansible_repo) -> None:
+    """The production path (NVIDIA's repository, prod pins), which cannot run for real here: check mode
+    must name the repository, the packages and the exact versions a real run would install."""
+    inventory = ansible_repo.lab_inventory(
+        {
+            "localhost": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "preflight_check_mode_bootstrap": False,
+            }
+        }
+    )
+    prod = {
+        "nvidia_driver_source": "nvidia",
+        "nvidia_driver_build_module": True,
+        "nvidia_driver_packages": [],
+        "cuda_source": "nvidia",
+        "cuda_install_toolkit": True,
+        "cuda_install_cudnn": True,
+        "cuda_install_nccl": True,
+        "fabric_manager_mode": "always",
+    }
+    before = _snapshot()
+    result = ansible_repo.run(
+        "ansible-playbook",
+        "site.yml",
+        "-i",
+        str(inventory),
+        "--check",
+        "--diff",
+        "--tags",
+        "gpu",
+        "-e",
+        "@inventory/prod/group_vars/all/versions.yml",
+        "-e",
+        json.dumps(prod),
+        timeout=900,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert _snapshot() == before, "check mode changed this host"
+    flat = " ".join(output.split())
+    assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/" in output
+    assert (
+        "nvidia-kernel-dkms, firmware-nvidia-gsp, nvidia-smi, libcuda1, libnvidia-ml1, libnvidia-cfg1, "
+        "nvidia-persistenced at version 535.261.03*"
+    ) in flat
+    assert "Pin: version 535.261.03*" in output
+    assert (
+        "cuda-toolkit-12-2, libcudnn8=8.9.7.29-1+cuda12.2, libcudnn8-dev=8.9.7.29-1+cuda12.2, "
+        "libnccl2=2.18.5-1+cuda12.2, libnccl-dev=2.18.5-1+cuda12.2"
+    ) in flat
+    assert "export CUDA_HOME=/usr/local/cuda-12.2" in output
+    assert "nvidia-fabricmanager-535, libnvidia-nscq-535 at 535.261.03*" in flat
+    assert "REBOOT REQUIRED" in output and "gpu_reboot_ok (nvidia_driver_reboot_ok) is false" in flat
