@@ -1,0 +1,7 @@
+"""Entry point: `python -m lab` (run from the repository root)."""
+
+import sys
+
+from lab.cli import main
+
+sys.exit(main())

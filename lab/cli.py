@@ -1,0 +1,209 @@
+"""`python -m lab`: the command line of the lab (argument parsing and output only)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from lab import config
+from lab.errors import EXIT_OK, EXIT_UNKNOWN, LabError
+
+DESCRIPTION = """\
+The gpucheck lab: a real multi-host cluster on this one machine, with simulated GPUs.
+
+Each lab host is a network namespace (its own address on a private /24 behind the bridge gclab0)
+with its own hostname, its own root filesystem (a cached Debian 12 base + a per-host overlay) and
+its own sshd; root logs in with a key the lab generates, checked against a known_hosts the lab
+writes. A small proxy on the bridge lets hosts reach the package archives (Debian, PyPI) and
+nothing else. Each host sees simulated GPUs (lab/fakenvml) from its own scenario.
+
+Typical session (as root, from the repository root):
+  python -m lab up --hosts 3                 # hosts node01..node03, inventory/lab/hosts.yml
+  python -m lab status
+  python -m lab ssh node02 -- ls /etc/fakenvml   # any command; no command = interactive shell
+  ansible-playbook -i inventory/lab site.yml
+  python -m lab build                        # golden image: site.yml run once, later `up`s start provisioned
+  python -m lab fault node03 scenario ecc-uncorrected
+  python -m lab down                         # removes every namespace, link, mount and process
+  python -m lab demo                         # all of it: build, up 4 (one faulty), site.yml, validate, down
+
+Exit codes: 0 done, 1 status: something is not as expected, 2 a fault/build step failed,
+3 could not run (not root, no namespaces, lab already up / not up, bad arguments).
+"""
+
+FAULT_HELP = """\
+Inject a fault into one lab host, to prove that the checks name the right node.
+
+kinds:
+  down                 stop the host's sshd: the host stays alive but is unreachable
+  up                   start its sshd again (undoes `down`)
+  hang [CALL]          make an NVML call hang on that host (default: nvmlDeviceGetCount_v2,
+                       which every agent run makes)
+  scenario NAME        replace the host's simulated GPUs with scenario NAME (lab/scenarios/NAME.scn)
+  drift PKG==VER       pip-install another version of one package in the host's virtualenvs
+                       (those under /opt, /usr/local, /root, /srv that have it, or --venv DIR)
+  drift PKG=VER        apt-get install another version of one Debian package
+
+examples:
+  python -m lab fault node02 down
+  python -m lab fault node03 scenario ecc-uncorrected
+  python -m lab fault node01 drift numpy==1.26.0
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="python -m lab", description=DESCRIPTION, formatter_class=fmt)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("up", help="bring up N lab hosts and write inventory/lab/hosts.yml", formatter_class=fmt,
+                       description="Bring up N lab hosts (node01, node02, ...). The first run builds the Debian"
+                                   " base with mmdebstrap (~40 s, cached in /var/cache/gpucheck-lab); later"
+                                   " runs take a few seconds. Uses the golden image of --playbook if `build`"
+                                   " made one for the playbook as it is now.")
+    p.add_argument("--hosts", type=int, metavar="N", help="number of hosts (default 3, or one per --scenarios)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--scenario", metavar="NAME",
+                   help=f"simulated GPUs of every host (default {config.DEFAULT_SCENARIO})")
+    g.add_argument("--scenarios", metavar="A,B,...", help="one scenario per host, in order, e.g. "
+                   "dgx-h100,dgx-h100,dgx-h100,ecc-uncorrected")
+    p.add_argument("--subnet", default=config.DEFAULT_SUBNET,
+                   help=f"private /24 for the hosts (default {config.DEFAULT_SUBNET})")
+    p.add_argument("--allow", action="append", default=[], metavar="HOST",
+                   help="one more host name the hosts may reach through the proxy (besides Debian and PyPI)")
+    p.add_argument("--no-golden", action="store_true", help="start from the bare base even if a golden image exists")
+    p.add_argument("--playbook", type=Path, default=config.DEFAULT_PLAYBOOK,
+                   help="whose golden image to use (default site.yml)")
+
+    sub.add_parser("status", help="show the lab's hosts, whether they run and answer SSH, their scenario and faults"
+                   ).add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("down", help="remove the whole lab (also after an interrupted up or a killed host)")
+
+    p = sub.add_parser("fault", help="inject a fault into one host (down, up, hang, scenario, drift)",
+                       description=FAULT_HELP, formatter_class=fmt)
+    p.add_argument("host", help="host name (node02) or address")
+    p.add_argument("kind", choices=["down", "up", "hang", "scenario", "drift"])
+    p.add_argument("arg", nargs="?", help="scenario NAME, drift PKG==VER / PKG=VER, or hang CALL")
+    p.add_argument("--venv", help="for drift: the virtualenv to change (default: every one that has the package)")
+
+    p = sub.add_parser("ssh", help="ssh into a host as root (interactive, or run CMD)",
+                       description="ssh into a lab host as root with the lab's key and known_hosts, e.g."
+                                   " `python -m lab ssh node01 -- ls -l /etc/fakenvml`.")
+    p.add_argument("host", help="host name (node01) or address")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="command to run (default: a login shell)")
+
+    p = sub.add_parser("build", help="build (or reuse) the golden image: one host provisioned by the playbook",
+                       formatter_class=fmt,
+                       description="Bring up one fresh host, run `ansible-playbook PLAYBOOK` against it and keep"
+                                   " its filesystem as a layer that later `up`s start from. Cached by the content"
+                                   " of the playbook's directory tree: an unchanged tree reuses the image.")
+    p.add_argument("--fresh", action="store_true", help="rebuild even if an image for this tree exists")
+    p.add_argument("--playbook", type=Path, default=config.DEFAULT_PLAYBOOK, help="default: site.yml")
+
+    p = sub.add_parser("demo", help="the whole story: build, up 4 hosts (one faulty), provision, validate, down",
+                       formatter_class=fmt,
+                       description="Build (or reuse) the golden image of the playbook, bring up 4 hosts (three"
+                                   " healthy simulated DGX H100s and one with --fault), run the playbook against"
+                                   " inventory/lab, validate every host (gpucheck cluster, or gpucheck node over"
+                                   " SSH), print the report's path and the faulty host, and take the lab down."
+                                   " Exit 0 when exactly the faulty host was named.")
+    p.add_argument("--keep", action="store_true", help="leave the lab up at the end")
+    p.add_argument("--playbook", type=Path, default=config.DEFAULT_PLAYBOOK, help="default: site.yml")
+    p.add_argument("--fresh", action="store_true", help="rebuild the golden image even if it is up to date")
+    p.add_argument("--fault", default="ecc-uncorrected", metavar="SCENARIO",
+                   help="scenario of the faulty 4th host (default ecc-uncorrected)")
+    return parser
+
+
+def _print_status(code: int, rows: list[dict], as_json: bool) -> None:
+    from lab import cluster, state
+
+    if as_json:
+        print(json.dumps({"exit": code, "hosts": rows}, indent=2))
+        return
+    st = state.load()
+    if st is not None:
+        print(cluster.describe(st))
+    print(f"{'HOST':8} {'ADDRESS':15} {'PROCESS':8} {'SSH':9} {'SCENARIO':18} FAULTS")
+    for r in rows:
+        print(f"{r['name']:8} {r['address']:15} {'running' if r['running'] else 'GONE':8} "
+              f"{'answers' if r['ssh'] else 'no':9} {r['scenario']:18} {', '.join(r['faults']) or '-'}")
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    from lab import cluster
+
+    if args.command == "up":
+        scenarios = None
+        if args.scenarios:
+            scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+        hosts = args.hosts if args.hosts is not None else len(scenarios) if scenarios else 3
+        if args.scenario:
+            scenarios = [args.scenario] * hosts
+        cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, subnet=args.subnet,
+                                     allow=tuple(args.allow), golden=not args.no_golden,
+                                     playbook=args.playbook.resolve()))
+        return EXIT_OK
+    if args.command == "down":
+        print(cluster.down())
+        return EXIT_OK
+    if args.command == "status":
+        code, rows = cluster.status()
+        _print_status(code, rows, args.json)
+        return code
+    if args.command == "fault":
+        print(cluster.fault(args.host, args.kind, args.arg, args.venv))
+        return EXIT_OK
+    if args.command == "ssh":
+        cluster.require_root()
+        h = cluster.load_up().host(args.host)
+        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        argv = cluster.ssh_argv(h.address, batch=bool(cmd))
+        if not cmd and sys.stdin.isatty():
+            argv.insert(1, "-t")
+        sys.stdout.flush()
+        os.execvp(argv[0], argv + cmd)
+    if args.command == "build":
+        from lab import golden
+
+        print(golden.build(args.playbook.resolve(), fresh=args.fresh))
+        return EXIT_OK
+    if args.command == "demo":
+        from lab import demo
+
+        return demo.run(args.playbook.resolve(), keep=args.keep, fault_scenario=args.fault, fresh=args.fresh)
+    raise LabError("no command given: try `python -m lab --help`")
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    # A SIGTERM, or a SIGINT even when started in the background (where shells ignore it), stops a
+    # command the same way Ctrl-C does: `up` then removes what it had created.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage and a one-line error (exit 2)
+        return EXIT_OK if exc.code == 0 else EXIT_UNKNOWN
+    if args.command is None:
+        parser.print_help()
+        return EXIT_UNKNOWN
+    try:
+        return dispatch(args)
+    except LabError as exc:
+        print(f"lab: error: {exc.message}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("lab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK

@@ -1,0 +1,56 @@
+"""Fixed names and places of the lab (one lab per machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+PREFIX = "gclab"  # every namespace, link and process tag of the lab starts with it
+BRIDGE = f"{PREFIX}0"
+TAG = "--gpucheck-lab"  # marker argument on the command line of every lab process
+
+RUN_DIR = Path("/run/gpucheck-lab")  # state, keys, known_hosts, logs, mount points
+DATA_DIR = Path("/var/lib/gpucheck-lab")  # per-host overlay upper/work dirs (can grow to GBs)
+CACHE_DIR = Path("/var/cache/gpucheck-lab")  # base rootfs and golden images, kept between runs
+LOCK_FILE = Path("/run/gpucheck-lab.lock")
+
+STATE_FILE = RUN_DIR / "state.json"
+KEY_FILE = RUN_DIR / "id_ed25519"
+KNOWN_HOSTS = RUN_DIR / "known_hosts"
+PROXY_LOG = RUN_DIR / "proxy.log"
+INVENTORY = REPO_ROOT / "inventory" / "lab" / "hosts.yml"
+DEFAULT_PLAYBOOK = REPO_ROOT / "site.yml"
+
+# A private /24 that nothing on the build machines uses (checked against `ip route` at `up`).
+DEFAULT_SUBNET = "10.213.7.0/24"
+PROXY_PORT = 3128
+HOST_OFFSET = 10  # node01 gets .11, node02 .12, ...
+MAX_HOSTS = 64
+DEFAULT_SCENARIO = "lab"
+
+# The NVML library path of Debian's and NVIDIA's driver packages on x86_64.
+NVML_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+FAKENVML_DIR = "/etc/fakenvml"
+
+
+def host_name(index: int) -> str:
+    """Hostname of the index-th lab host (1-based): node01, node02, ..."""
+    return f"node{index:02d}"
+
+
+def netns_name(host: str) -> str:
+    return f"{PREFIX}-{host}"
+
+
+def veth_name(host: str) -> str:
+    """Host-side end of the host's veth pair (Linux limits link names to 15 characters)."""
+    return f"{PREFIX}v-{host}"[:15]
+
+
+def host_run_dir(host: str) -> Path:
+    return RUN_DIR / "hosts" / host
+
+
+def host_data_dir(host: str) -> Path:
+    return DATA_DIR / "hosts" / host

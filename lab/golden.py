@@ -1,0 +1,144 @@
+"""`lab build`: provision one fresh host with the playbook and keep its filesystem as a layer.
+
+So that N hosts don't each compile Horovod on 2 cores: the build host's overlay upper directory,
+minus what identifies that one host, becomes a read-only layer between the base and every later
+host's own upper directory (`lowerdir=golden:base`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab import cluster, config, images, state
+from lab.errors import EXIT_FAIL, LabError
+from lab.host import LAB_KEY_COMMENT
+from lab.progress import fmt_duration, say, step
+from lab.run import run
+
+# What the lab writes into every host at each start, or mounts over: never part of an image.
+HOST_ONLY = (
+    "etc/hostname", "etc/hosts", "etc/resolv.conf", "etc/ssh/ssh_known_hosts",
+    "etc/apt/apt.conf.d/90gpucheck-lab-proxy", "etc/pip.conf", "etc/gpucheck-lab/sshd_config",
+    "root/.ssh/id_ed25519", "root/.ssh/id_ed25519.pub", "root/.ssh/known_hosts",
+)
+# Caches and leftovers of the run itself.
+SCRATCH = ("root/.ansible", "root/.cache", "tmp", "var/tmp")
+
+
+def ansible_playbook() -> str:
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")
+    if not found:
+        raise LabError("ansible-playbook is missing: install ansible-core (pip install ansible-core)")
+    return found
+
+
+def clean_layer(upper: Path) -> None:
+    """Remove from a build host's upper dir everything that belongs to that one host or run."""
+    for pattern in ("etc/ssh/ssh_host_*",):
+        for path in upper.glob(pattern):
+            path.unlink()
+    for rel in HOST_ONLY:
+        path = upper / rel
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+    for rel in SCRATCH:
+        path = upper / rel
+        if path.is_dir() and not path.is_symlink():
+            for child in path.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+    for deb in (upper / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+    authorized = upper / "root/.ssh/authorized_keys"
+    if authorized.is_file():  # keep what the playbook authorized, drop the lab's own key
+        lines = [ln for ln in authorized.read_text().splitlines() if not ln.rstrip().endswith(LAB_KEY_COMMENT)]
+        if any(ln.strip() for ln in lines):
+            authorized.write_text("\n".join(lines) + "\n")
+        else:
+            authorized.unlink()
+    nvml = upper / config.NVML_PATH.lstrip("/")
+    if nvml.is_file() and nvml.stat().st_size == 0:  # only the lab's bind-mount target
+        nvml.unlink()
+    fake = upper / config.FAKENVML_DIR.lstrip("/")
+    if fake.is_dir() and not any(fake.iterdir()):
+        fake.rmdir()
+
+
+def describe(key: str) -> str:
+    meta = images.meta(key)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(meta.get("built_at", 0)))
+    took = fmt_duration(meta.get("build_seconds", 0))
+    return f"golden image {key} (built {when} in {took}, {meta.get('size_mb', '?')} MB)"
+
+
+def run_playbook(playbook: Path, log: Path) -> int:
+    """ansible-playbook against the lab inventory; output shown as it comes and kept in log."""
+    cmd = [ansible_playbook(), "-i", str(config.INVENTORY), str(playbook)]
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
+    with open(log, "w") as out, subprocess.Popen(
+        cmd, cwd=playbook.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        text=True, env=env,
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            sys.stderr.write("    " + line)
+        return proc.wait()
+
+
+def build(playbook: Path, fresh: bool = False) -> str:
+    cluster.require_root()
+    if not playbook.is_file():
+        raise LabError(f"no playbook at {playbook} (pass --playbook PATH)")
+    key = images.golden_key(playbook)
+    if images.find(playbook) and not fresh:
+        return f"{describe(key)} is up to date for {playbook.name}; `build --fresh` rebuilds it"
+    if state.load() is not None:
+        raise LabError("a lab is up: the build needs a fresh host; run `python -m lab down` first")
+    begin = time.monotonic()
+    log = config.CACHE_DIR / f"golden-{key}.log"
+    say(f"building the golden image for {playbook} (key {key}); a full site.yml can take many minutes")
+    cluster.up(cluster.UpOptions(hosts=1, golden=False, playbook=playbook))
+    try:
+        st = cluster.load_up()
+        with step(f"ansible-playbook {playbook.name} on {st.hosts[0].name}", f"log {log}"):
+            code = run_playbook(playbook, log)
+            if code != 0:
+                raise LabError(f"the playbook failed (exit {code}); nothing was cached; full log {log}",
+                               code=EXIT_FAIL)
+        with step("keeping the host's filesystem as the golden image"):
+            from lab import host as lab_host
+
+            lab_host.end(st.hosts[0])
+            upper = config.host_data_dir(st.hosts[0].name) / "upper"
+            clean_layer(upper)
+            final = images.golden_dir(key)
+            tmp = final.with_name(final.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            try:
+                upper.rename(tmp / "layer")
+            except OSError:  # another filesystem: copy, keeping overlay xattrs and whiteouts
+                run(["cp", "-a", str(upper), str(tmp / "layer")], timeout=3600)
+            size = run(["du", "-sm", str(tmp / "layer")], timeout=600).stdout.split()[0]
+            (tmp / "meta.json").write_text(json.dumps({
+                "key": key, "playbook": str(playbook), "built_at": time.time(),
+                "build_seconds": round(time.monotonic() - begin, 1), "size_mb": int(size),
+                "base": st.lowers[-1],
+            }, indent=2) + "\n")
+            shutil.move(log, tmp / "playbook.log")
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+            images.prune(playbook, keep=key)
+    finally:
+        say(cluster.down())
+    return f"{describe(key)} is ready: `python -m lab up` hosts now start provisioned"

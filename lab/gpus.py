@@ -1,0 +1,105 @@
+"""Simulated GPUs: the fake NVML library (lab/fakenvml) and each host's scenario directory.
+
+Each host sees, read-only, the library at the driver's path and its own scenario directory at
+/etc/fakenvml (the library reads /etc/fakenvml/scenario). The directory lives outside the host's
+root, under /run/gpucheck-lab/hosts/<host>/fakenvml, so the lab can change a host's GPUs (a fault)
+without entering the host, and nothing of it leaks into a golden image.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from lab import config
+from lab.errors import LabError
+
+INCLUDE_RE = re.compile(r"^\s*include\s*=\s*(\S+)\s*$")
+# Every agent run starts by counting the GPUs, so a hang here hangs every NVML probe of the host.
+HANG_CALL = "nvmlDeviceGetCount_v2"
+
+
+def _fakenvml():  # imported late: the rest of the lab works without it
+    try:
+        from lab import fakenvml
+    except ImportError as exc:
+        raise LabError(f"lab/fakenvml is not available ({exc}); simulated GPUs need it") from exc
+    return fakenvml
+
+
+def scenarios_dir() -> Path:
+    return config.REPO_ROOT / "lab" / "scenarios"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in scenarios_dir().glob("*.scn"))
+
+
+def scenario_file(name: str) -> Path:
+    try:
+        path = Path(_fakenvml().scenario_path(name))
+    except (FileNotFoundError, ValueError):
+        path = scenarios_dir() / f"{name}.scn"
+    if not path.is_file():
+        names = ", ".join(available()) or "none"
+        raise LabError(f"unknown scenario {name!r} (available: {names})")
+    return path
+
+
+def library() -> Path:
+    """The fake libnvidia-ml.so.1 (built on first use by lab/fakenvml)."""
+    try:
+        directory = Path(_fakenvml().build_library())
+    except LabError:
+        raise
+    except Exception as exc:  # any build failure becomes one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise LabError(f"building the fake NVML library failed: {first}") from exc
+    lib = directory / "libnvidia-ml.so.1"
+    if not lib.is_file():
+        raise LabError(f"lab/fakenvml built no {lib}")
+    return lib
+
+
+def _copy_with_includes(source: Path, dest: Path, dest_dir: Path, seen: set[Path]) -> None:
+    text = source.read_text()
+    shutil.copyfile(source, dest)
+    for line in text.splitlines():
+        match = INCLUDE_RE.match(line)
+        if not match:
+            continue
+        included = (source.parent / match.group(1)).resolve()
+        if included in seen:
+            continue
+        if not included.is_file():
+            raise LabError(f"scenario {source.name} includes {match.group(1)}, which does not exist")
+        seen.add(included)
+        target = dest_dir / match.group(1)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _copy_with_includes(included, target, dest_dir, seen)
+
+
+def install(name: str, dest_dir: Path) -> None:
+    """Make dest_dir hold scenario `name` as `scenario`, with the files it includes beside it."""
+    source = scenario_file(name)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    for old in dest_dir.iterdir():
+        if old.is_dir():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    tmp = dest_dir / ".scenario.tmp"
+    _copy_with_includes(source, tmp, dest_dir, {source.resolve()})
+    tmp.replace(dest_dir / "scenario")
+
+
+def add_hang(dest_dir: Path, call: str = HANG_CALL) -> None:
+    """Make `call` hang on this host from now on (new processes and running ones re-reading it)."""
+    scenario = dest_dir / "scenario"
+    text = scenario.read_text()
+    if not text.endswith("\n"):
+        text += "\n"
+    tmp = dest_dir / ".scenario.tmp"
+    tmp.write_text(text + f"# added by `python -m lab fault HOST hang`\nhang = {call}\n")
+    tmp.replace(scenario)

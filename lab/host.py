@@ -1,0 +1,184 @@
+"""One lab host: what goes into it (its spec), starting it, its sshd, ending it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import config, net, procs
+from lab.errors import LabError
+from lab.state import HostState
+
+HOSTINIT = Path(__file__).resolve().parent / "hostinit.py"
+SSHD_CONFIG = "/etc/gpucheck-lab/sshd_config"
+SSH_BANNER = b"SSH-"
+LAB_KEY_COMMENT = "root@gpucheck-lab"  # comment of the lab's client key: marks its authorized_keys line
+AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
+
+
+@dataclass
+class HostIdentity:
+    host_key: str  # private key text
+    host_pub: str
+    client_key: str  # the lab's key for root (private), shared by all hosts
+    client_pub: str
+
+
+def sshd_config(address: str) -> str:
+    return f"""\
+# Written by the gpucheck lab at every start of this host; sshd runs with -f this file.
+Port 22
+ListenAddress {address}
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+AuthorizedKeysFile .ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+PidFile /run/sshd.pid
+AcceptEnv LANG LC_*
+MaxStartups 100:30:200
+MaxSessions 100
+Subsystem sftp /usr/lib/openssh/sftp-server
+"""
+
+
+def hosts_file(hosts: list[HostState]) -> str:
+    lines = [
+        "# Written by the gpucheck lab: every lab host, by name and address.",
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+    ]
+    lines += [f"{h.address}\t{h.name}" for h in hosts]
+    return "\n".join(lines) + "\n"
+
+
+def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identity: HostIdentity,
+         known_hosts: str, proxy_url: str, nvml_library: Path | None) -> dict:
+    """Everything hostinit.py needs to assemble this host."""
+    run_dir, data_dir = config.host_run_dir(host.name), config.host_data_dir(host.name)
+    files = [
+        ("/etc/hostname", host.name + "\n", 0o644),
+        ("/etc/hosts", hosts_file(all_hosts), 0o644),
+        ("/etc/resolv.conf", "# lab hosts have no DNS: they know each other from /etc/hosts\n", 0o644),
+        ("/etc/ssh/ssh_host_ed25519_key", identity.host_key, 0o600),
+        ("/etc/ssh/ssh_host_ed25519_key.pub", identity.host_pub + "\n", 0o644),
+        ("/etc/ssh/ssh_known_hosts", known_hosts, 0o644),
+        (AUTHORIZED_KEYS, identity.client_pub + "\n", 0o600),
+        ("/root/.ssh/id_ed25519", identity.client_key, 0o600),
+        ("/root/.ssh/id_ed25519.pub", identity.client_pub + "\n", 0o644),
+        (SSHD_CONFIG, sshd_config(host.address), 0o644),
+        ("/etc/apt/apt.conf.d/90gpucheck-lab-proxy",
+         f'Acquire::http::Proxy "{proxy_url}";\nAcquire::https::Proxy "{proxy_url}";\nAcquire::Retries "3";\n',
+         0o644),
+        ("/etc/pip.conf",
+         f"[global]\nproxy = {proxy_url}\ncert = /etc/ssl/certs/ca-certificates.crt\n", 0o644),
+    ]
+    binds = [{"source": str(run_dir / "fakenvml"), "target": config.FAKENVML_DIR}]
+    if nvml_library is not None:
+        binds.append({"source": str(nvml_library), "target": config.NVML_PATH})
+    return {
+        "hostname": host.name,
+        "root": str(run_dir / "root"),
+        "lowers": lowers,
+        "upper": str(data_dir / "upper"),
+        "work": str(data_dir / "work"),
+        "files": [
+            {"path": p, "content": c, "mode": m, "dir_mode": 0o700 if p.startswith("/root/") else 0o755,
+             "merge_marker": LAB_KEY_COMMENT if p == AUTHORIZED_KEYS else ""}
+            for p, c, m in files
+        ],
+        "binds": binds,
+        "sshd_config": SSHD_CONFIG,
+    }
+
+
+def start(host: HostState, host_spec: dict) -> subprocess.Popen[bytes]:
+    """Start the host's init in its namespaces; returns at once (see wait_ready)."""
+    run_dir = config.host_run_dir(host.name)
+    (run_dir / "root").mkdir(parents=True, exist_ok=True)
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(host_spec, indent=1))
+    spec_path.chmod(0o600)  # holds private keys
+    cmd = [
+        "ip", "netns", "exec", host.netns,
+        "unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private", "--kill-child",
+        sys.executable, "-I", str(HOSTINIT), str(spec_path), config.TAG,
+    ]
+    return procs.spawn(cmd, run_dir / "host.log")
+
+
+def log_tail(host: str) -> str:
+    try:
+        lines = (config.host_run_dir(host) / "host.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "no output"
+
+
+def wait_ready(started: dict[str, tuple[HostState, subprocess.Popen[bytes]]], timeout: float = 30) -> None:
+    """Wait until every started host's sshd answers; name the first host that died or stayed silent."""
+    waiting = dict(started)
+    deadline = time.monotonic() + timeout
+    while waiting:
+        for name, (host, proc) in list(waiting.items()):
+            if proc.poll() is not None:
+                raise LabError(f"{name} did not start (exit {proc.returncode}): {log_tail(name)}")
+            if procs.port_answers(host.address, 22, SSH_BANNER, timeout=0.5):
+                del waiting[name]
+        if waiting and time.monotonic() > deadline:
+            name = sorted(waiting)[0]
+            raise LabError(f"{name}'s sshd did not answer within {timeout:.0f} s: {log_tail(name)}")
+        if waiting:
+            time.sleep(0.05)
+
+
+def init_pid(host: HostState) -> int | None:
+    """PID (in the main PID namespace) of the host's init, the only child of its `unshare`."""
+    if not procs.is_lab_process(host.pid):
+        return None
+    kids = [p for p in procs.children(host.pid) if procs.is_lab_process(p)]  # type: ignore[arg-type]
+    return kids[0] if kids else None
+
+
+def running(host: HostState) -> bool:
+    return init_pid(host) is not None
+
+
+def sshd_answers(host: HostState, timeout: float = 1.0) -> bool:
+    return procs.port_answers(host.address, 22, SSH_BANNER, timeout=timeout)
+
+
+def set_sshd(host: HostState, up: bool, timeout: float = 10) -> None:
+    """Stop (up=False) or start the host's sshd, and wait until that is visible from outside."""
+    pid = init_pid(host)
+    if pid is None:
+        raise LabError(f"{host.name} is not running (its processes are gone); `down` then `up` again")
+    procs.signal_pid(pid, signal.SIGUSR2 if up else signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while sshd_answers(host, timeout=0.5) != up:
+        if time.monotonic() > deadline:
+            raise LabError(f"{host.name}'s sshd did not {'start' if up else 'stop'} within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def end(host: HostState) -> None:
+    """End every process of the host; its mounts go with its mount namespace."""
+    pid = init_pid(host)
+    if pid is not None:
+        procs.end([pid], grace=3.0)
+    if procs.is_lab_process(host.pid):
+        procs.end([host.pid], grace=1.0)  # type: ignore[list-item]
+    leftover = net.netns_pids(host.netns) if host.netns in net.list_netns() else []
+    for p in leftover:
+        procs.signal_pid(p, signal.SIGKILL)
+    procs.wait_gone(leftover, 3.0)

@@ -1,0 +1,112 @@
+"""Lab processes: start them detached and tagged, find them again, end them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from lab import config
+
+
+def spawn(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start cmd in its own session (a Ctrl-C on `up` does not reach it), output appended to log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True, cwd="/",
+        )
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def is_lab_process(pid: int | None) -> bool:
+    """True when pid is alive and carries the lab's tag (so a reused pid is never signalled)."""
+    return bool(pid) and config.TAG in cmdline(pid)  # type: ignore[arg-type]
+
+
+def tagged() -> list[int]:
+    """Every process of this machine started by the lab (its command line carries the tag)."""
+    me = os.getpid()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me and config.TAG in cmdline(int(entry)):
+            pids.append(int(entry))
+    return pids
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def signal_pid(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
+    """Wait until none of pids exists (reaping our own children); return those still there."""
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left:
+        for pid in list(left):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    left.remove(pid)
+                    continue
+            except ChildProcessError:
+                pass
+            if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+                left.remove(pid)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return left
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def end(pids: Sequence[int], grace: float = 3.0) -> None:
+    """SIGTERM, wait up to grace seconds, then SIGKILL what is left."""
+    live = [p for p in pids if signal_pid(p, signal.SIGTERM)]
+    left = wait_gone(live, grace)
+    for pid in left:
+        signal_pid(pid, signal.SIGKILL)
+    wait_gone(left, 2.0)
+
+
+def port_answers(address: str, port: int, banner: bytes | None = None, timeout: float = 1.0) -> bool:
+    """True if address:port accepts a TCP connection (and, if given, starts with banner)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            if banner is None:
+                return True
+            sock.settimeout(timeout)
+            return sock.recv(len(banner)) == banner
+    except OSError:
+        return False

@@ -1,0 +1,96 @@
+"""What the lab has created, recorded as it is created, so `down` can undo it even after a crash.
+
+The state is one JSON file under /run/gpucheck-lab. Every command that changes the lab holds an
+exclusive lock (flock) for its whole run, so two `up`s cannot interleave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import config
+from lab.errors import LabError
+
+
+@dataclass
+class HostState:
+    name: str
+    address: str
+    netns: str
+    veth: str
+    scenario: str
+    pid: int | None = None  # the `unshare` process whose child is the host's init (PID 1 inside)
+    faults: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LabState:
+    subnet: str
+    bridge: str
+    bridge_address: str
+    started_at: float = field(default_factory=time.time)
+    phase: str = "starting"  # starting -> up
+    image: str = "base"  # "base" or "golden <key>"
+    lowers: list[str] = field(default_factory=list)  # overlay lower dirs, top first
+    bridge_created: bool = False
+    netns_dir_mounted_by_lab: bool = False
+    proxy_pid: int | None = None
+    proxy_url: str = ""
+    allowed_hosts: list[str] = field(default_factory=list)
+    hosts: list[HostState] = field(default_factory=list)
+
+    def host(self, name_or_address: str) -> HostState:
+        for host in self.hosts:
+            if name_or_address in (host.name, host.address):
+                return host
+        names = ", ".join(h.name for h in self.hosts)
+        raise LabError(f"no lab host named {name_or_address!r} (the lab has: {names})")
+
+
+def load(path: Path = config.STATE_FILE) -> LabState | None:
+    """The recorded lab, or None when no lab was recorded."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise LabError(f"cannot read the lab state {path}: {exc} (remove it and run `python -m lab down`)") \
+            from exc
+    hosts = [HostState(**h) for h in raw.pop("hosts", [])]
+    known = {f.name for f in dataclasses.fields(LabState)}
+    return LabState(**{k: v for k, v in raw.items() if k in known}, hosts=hosts)
+
+
+def save(state: LabState, path: Path = config.STATE_FILE) -> None:
+    """Write the state atomically (a crash leaves the old or the new file, never half of one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(state), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def remove(path: Path = config.STATE_FILE) -> None:
+    path.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked(path: Path = config.LOCK_FILE) -> Iterator[None]:
+    """Hold the lab's lock; refuse at once (one line) if another lab command holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise LabError("another `python -m lab` command is changing the lab right now; wait for it") from exc
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,105 @@
+"""Helpers of the lab's tests: run the lab CLI, ssh into hosts, read the inventory, find leftovers."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_DIR = Path("/run/gpucheck-lab")
+KEY = RUN_DIR / "id_ed25519"
+KNOWN_HOSTS = RUN_DIR / "known_hosts"
+INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
+TAG = "--gpucheck-lab"
+# The session lab: three hosts, each with different simulated GPUs (2, 8 and 7 of them), so a
+# host that saw another host's GPUs (or the controller's) would show up as a wrong count.
+SCENARIOS = {"node01": ("lab", 2), "node02": ("dgx-h100", 8), "node03": ("seven-of-eight", 7)}
+
+
+def lab_cli(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`python -m lab ARGS` from the repository root, as a user would run it."""
+    proc = subprocess.run([sys.executable, "-m", "lab", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"python -m lab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def ssh_argv(address: str) -> list[str]:
+    """Plain OpenSSH with the lab's key and known_hosts, strict host key checking (never disabled)."""
+    return ["ssh", "-i", str(KEY), "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={KNOWN_HOSTS}",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=5", f"root@{address}"]
+
+
+@dataclass
+class Lab:
+    hosts: dict[str, str]  # name -> address
+
+    def ssh(self, name: str, command: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([*ssh_argv(self.hosts[name]), command], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"on {name}: {command!r} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+        return proc
+
+
+def read_inventory() -> dict[str, str]:
+    doc = yaml.safe_load(INVENTORY.read_text())
+    hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    return {name: v["ansible_host"] for name, v in hosts.items()}
+
+
+def lab_is_up() -> bool:
+    return (RUN_DIR / "state.json").exists()
+
+
+def leftovers() -> list[str]:
+    """Everything of a lab still on this machine: namespaces, links, mounts, processes, inventory."""
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    found += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith("gclab")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30).stdout
+    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if "gclab" in line]
+    for line in Path("/proc/mounts").read_text().splitlines():
+        if "gclab" in line or "gpucheck-lab" in line:
+            found.append(f"mount {line}")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if TAG in words or "sshd: /usr/sbin/sshd -D -e -f /etc/gpucheck-lab/sshd_config" in " ".join(words) \
+                or "4321.5" in words:
+            found.append(f"process {pid}: {shlex.join(words)}")
+    if INVENTORY.exists():
+        found.append(f"file {INVENTORY}")
+    return found
+
+
+class LabSession:
+    """One 3-host lab for the whole session, brought up on first use; tests that need the machine
+    without a lab (lifecycle, golden image) take it down, and the next user brings it back."""
+
+    def __init__(self) -> None:
+        self.lab: Lab | None = None
+
+    def ensure_up(self) -> Lab:
+        if self.lab is None or not lab_is_up():
+            if lab_is_up():
+                lab_cli("down")
+            scenarios = ",".join(s for s, _ in SCENARIOS.values())
+            lab_cli("up", "--hosts", "3", "--scenarios", scenarios, "--no-golden", timeout=900)
+            self.lab = Lab(read_inventory())
+        return self.lab
+
+    def ensure_down(self) -> None:
+        lab_cli("down")
+        self.lab = None

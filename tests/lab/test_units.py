@@ -1,0 +1,218 @@
+"""Unit tests of the lab's pieces that need neither root nor namespaces."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab import gpus, images, inventory, proxy, rootfs, state
+from lab.state import HostState, LabState
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------- apt sources
+def test_debian_sources_keep_debian_and_drop_third_party_repositories() -> None:
+    files = {
+        "debian.sources": (
+            "Types: deb\n# a comment\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
+            "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+            "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n"
+            "Components: main\n\n"
+            "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n"
+        ),
+        "nodesource.sources": "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\n"
+                              "Components: main\n",
+        "google.list": "deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main\n",
+        "mirror.list": "deb [arch=amd64] http://mirror.example.org/debian bookworm main contrib # site mirror\n",
+    }
+    assert rootfs.parse_debian_sources(files) == [
+        "deb http://deb.debian.org/debian bookworm main",
+        "deb http://deb.debian.org/debian bookworm-updates main",
+        "deb http://deb.debian.org/debian-security bookworm-security main",
+        "deb http://mirror.example.org/debian bookworm main contrib",
+    ]
+
+
+def test_archive_hosts_are_the_sources_hosts_plus_pypi() -> None:
+    hosts = rootfs.archive_hosts(["deb http://deb.debian.org/debian bookworm main",
+                                  "deb http://mirror.example.org/debian-security bookworm-security main"])
+    assert hosts == ["deb.debian.org", "mirror.example.org", "pypi.org", "files.pythonhosted.org"]
+
+
+# ------------------------------------------------------------------------------------- proxy
+def test_proxy_allows_only_exact_names_on_web_ports() -> None:
+    allowed = frozenset({"deb.debian.org", "pypi.org"})
+    assert proxy.is_allowed("deb.debian.org", 80, allowed)
+    assert proxy.is_allowed("PyPI.org.", 443, allowed)
+    assert not proxy.is_allowed("deb.debian.org", 22, allowed)
+    assert not proxy.is_allowed("evil.deb.debian.org", 80, allowed)
+    assert not proxy.is_allowed("203.0.113.80", 80, allowed)
+    assert proxy.split_authority("pypi.org:443", 80) == ("pypi.org", 443)
+    assert proxy.split_authority("[::1]:8080", 80) == ("::1", 8080)
+    assert proxy.split_authority("pypi.org", 443) == ("pypi.org", 443)
+
+
+@pytest.fixture
+def local_proxy():
+    """The real proxy server on loopback, allowing one name that these tests never contact."""
+    server = proxy.ProxyServer(("127.0.0.1", 0), type("H", (proxy.ProxyHandler,), {}))
+    server.RequestHandlerClass.allowed = frozenset({"deb.debian.org"})
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("method,target", [
+    ("GET", "http://example.com/"),
+    ("GET", "http://127.0.0.1:22/"),
+    ("CONNECT", "example.com:443"),
+    ("CONNECT", "deb.debian.org:22"),  # allowed name, wrong port
+])
+def test_proxy_refuses_everything_else_with_403(local_proxy: int, method: str, target: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", local_proxy, timeout=10)
+    conn.request(method, target)
+    resp = conn.getresponse()
+    body = resp.read().decode()
+    assert resp.status == 403
+    assert "not allowed" in body and "deb.debian.org" in body
+
+
+def test_proxy_rejects_origin_form_requests(local_proxy: int) -> None:
+    with socket.create_connection(("127.0.0.1", local_proxy), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: deb.debian.org\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(4096):  # the proxy closes after a 400
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400")
+
+
+# ---------------------------------------------------------------------------------- scenarios
+def test_scenario_is_copied_with_its_includes_and_hang_appends_a_rule(tmp_path: Path) -> None:
+    dest = tmp_path / "fakenvml"
+    gpus.install("lab", dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["dgx-h100.scn", "scenario"]
+    assert "include = dgx-h100.scn" in (dest / "scenario").read_text()
+    gpus.add_hang(dest)
+    assert (dest / "scenario").read_text().rstrip().endswith(f"hang = {gpus.HANG_CALL}")
+    gpus.install("t4", dest)  # replacing drops the old files and the hang
+    assert sorted(p.name for p in dest.iterdir()) == ["scenario"]
+    assert "hang" not in (dest / "scenario").read_text()
+
+
+def test_installed_scenario_and_hang_rule_load_through_the_fake_library(tmp_path: Path) -> None:
+    from lab.fakenvml import build_library
+
+    libdir = build_library()
+    dest = tmp_path / "fakenvml"
+    gpus.install("lab", dest)
+    snippet = ("import ctypes, sys; l = ctypes.CDLL('libnvidia-ml.so.1'); rc = l.nvmlInit_v2(); c = ctypes.c_uint();"
+               " l.nvmlDeviceGetCount_v2(ctypes.byref(c)); print(rc, c.value)")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(libdir), FAKENVML_SCENARIO=str(dest / "scenario"))
+    out = subprocess.run([sys.executable, "-c", snippet], env=env, capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == ["0", "2"], out.stderr
+    gpus.add_hang(dest)
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, "-c", snippet], env=env, capture_output=True, timeout=3)
+
+
+def test_unknown_scenario_is_one_clear_error() -> None:
+    from lab.errors import LabError
+
+    with pytest.raises(LabError, match="unknown scenario 'nope' .*available: .*dgx-h100"):
+        gpus.scenario_file("nope")
+
+
+# ---------------------------------------------------------------------------------- inventory
+def _state() -> LabState:
+    st = LabState(subnet="10.213.7.0/24", bridge="gclab0", bridge_address="10.213.7.1",
+                  proxy_url="http://10.213.7.1:3128")
+    st.hosts = [HostState("node01", "10.213.7.11", "gclab-node01", "gclabv-node01", "lab"),
+                HostState("node02", "10.213.7.12", "gclab-node02", "gclabv-node02", "ecc-uncorrected")]
+    return st
+
+
+def test_inventory_has_the_production_groups_and_what_ansible_needs(tmp_path: Path) -> None:
+    path = inventory.write(_state(), tmp_path / "hosts.yml")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = yaml.safe_load(proc.stdout)
+    assert data["gpu_nodes"]["hosts"] == ["node01", "node02"]
+    assert "admin" in data["all"]["children"]
+    node02 = data["_meta"]["hostvars"]["node02"]
+    assert node02["ansible_host"] == "10.213.7.12"
+    assert node02["ansible_user"] == "root"
+    assert node02["ansible_ssh_private_key_file"] == "/run/gpucheck-lab/id_ed25519"
+    assert "-o StrictHostKeyChecking=yes" in node02["ansible_ssh_common_args"]
+    assert "UserKnownHostsFile=/run/gpucheck-lab/known_hosts" in node02["ansible_ssh_common_args"]
+    assert node02["ib_address"] is None and node02["ipmi_address"] is None
+    assert node02["lab_proxy_url"] == "http://10.213.7.1:3128"
+    assert node02["lab_scenario"] == "ecc-uncorrected"
+
+
+def test_state_round_trips(tmp_path: Path) -> None:
+    st = _state()
+    st.hosts[1].faults.append("down")
+    state.save(st, tmp_path / "state.json")
+    again = state.load(tmp_path / "state.json")
+    assert again == st
+    assert again.host("10.213.7.12").name == "node02"
+
+
+# ------------------------------------------------------------------------------ golden image key
+def test_golden_key_follows_the_playbook_tree_but_not_docs_or_generated_inventory(tmp_path: Path) -> None:
+    (tmp_path / "roles/x/tasks").mkdir(parents=True)
+    (tmp_path / "roles/x/tasks/main.yml").write_text("- debug: msg=a\n")
+    (tmp_path / "inventory/lab").mkdir(parents=True)
+    first = images.tree_hash(tmp_path)
+    (tmp_path / "README.md").write_text("docs")
+    (tmp_path / "inventory/lab/hosts.yml").write_text("generated")
+    assert images.tree_hash(tmp_path) == first
+    (tmp_path / "roles/x/tasks/main.yml").write_text("- debug: msg=b\n")
+    assert images.tree_hash(tmp_path) != first
+
+
+# ------------------------------------------------------------------------------------------- cli
+def _cli(*args: str, user: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(user or []), sys.executable, "-m", "lab", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_help_teaches_the_commands() -> None:
+    out = _cli("--help")
+    assert out.returncode == 0
+    for word in ("up --hosts 3", "status", "fault", "down", "ssh", "build", "Exit codes"):
+        assert word in out.stdout
+    fault = _cli("fault", "--help")
+    assert fault.returncode == 0
+    for kind in ("down", "hang", "scenario NAME", "drift PKG==VER"):
+        assert kind in fault.stdout
+
+
+@pytest.mark.parametrize("args", [("bogus",), ("up", "--hosts", "many"), ()])
+def test_bad_usage_exits_3_without_traceback(args: tuple[str, ...]) -> None:
+    out = _cli(*args)
+    assert out.returncode == 3
+    assert "Traceback" not in out.stderr
+
+
+def test_up_refuses_without_root_in_one_line() -> None:
+    if os.geteuid() != 0:
+        out = _cli("up", "--hosts", "1")
+    else:  # run it as nobody
+        out = _cli("up", "--hosts", "1", user=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+    assert out.returncode == 3
+    assert out.stderr.strip().splitlines() == [
+        "lab: error: the lab needs root (network namespaces, mounts, a bridge): run it as root"
+    ]
