@@ -27,7 +27,7 @@ DEFAULT_SUBNET = "10.213.7.0/24"
 PROXY_PORT = 3128
 HOST_OFFSET = 10  # node01 gets .11, node02 .12, ...
 MAX_HOSTS = 64
-DEFAULT_SCENARIO = "lab"
+DEFAULT_SCENARIO = "dgx-h100"  # what checks/lab.yaml expects: simulated DGX H100 hosts
 
 # The NVML library path of Debian's and NVIDIA's driver packages on x86_64.
 NVML_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"

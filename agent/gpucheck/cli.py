@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
-from . import __version__, config, profiles
+from . import __version__, config, netbench, profiles
 from .cluster import cli as cluster_cli
 from .model import EXIT_OK, EXIT_UNKNOWN
 
@@ -88,6 +88,19 @@ def build_parser() -> Parser:
 
     sub.add_parser("checks", help="list every check id and what it verifies")
     cluster_cli.add_parser(sub)
+
+    net = sub.add_parser("net", help="TCP bandwidth between two nodes (used by gpucheck cluster)",
+                         description="Run `serve` on one node, then `send` on another; the receiver prints "
+                                     "the bandwidth as JSON.")
+    net_sub = net.add_subparsers(dest="net_command", metavar="ACTION", required=True, parser_class=Parser)
+    serve = net_sub.add_parser("serve", help="receive one stream and print its bandwidth")
+    serve.add_argument("--port", type=int, default=netbench.DEFAULT_PORT)
+    serve.add_argument("--timeout", type=positive_float, default=30.0, metavar="SECONDS",
+                       help="give up when no sender connects within this time")
+    send = net_sub.add_parser("send", help="stream to a node running `gpucheck net serve`")
+    send.add_argument("host")
+    send.add_argument("--port", type=int, default=netbench.DEFAULT_PORT)
+    send.add_argument("--seconds", type=positive_float, default=3.0)
     return parser
 
 
@@ -163,6 +176,18 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_net(args: argparse.Namespace) -> int:
+    try:
+        if args.net_command == "serve":
+            result = netbench.serve(args.port, accept_timeout=args.timeout)
+        else:
+            result = netbench.send(args.host, args.port, args.seconds)
+    except OSError as exc:
+        fail(f"net {args.net_command}: {exc.strerror or exc}")
+    print(json.dumps(result), flush=True)
+    return EXIT_UNKNOWN if "error" in result else EXIT_OK
+
+
 def cmd_checks(args: argparse.Namespace) -> int:
     from .node.runner import all_checks
 
@@ -178,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_UNKNOWN
     handlers = {"node": cmd_node, "parse": cmd_parse, "profiles": cmd_profiles, "checks": cmd_checks,
-                "cluster": cluster_cli.run}
+                "cluster": cluster_cli.run, "net": cmd_net}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
