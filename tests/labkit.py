@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 RUN_DIR = Path("/run/gpucheck-lab")
 KEY = RUN_DIR / "id_ed25519"
 KNOWN_HOSTS = RUN_DIR / "known_hosts"

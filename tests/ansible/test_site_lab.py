@@ -1,0 +1,85 @@
+"""site.yml for real on lab hosts (Debian 12 in network namespaces, packages through the lab's proxy).
+
+The golden image is itself a real run of site.yml on a fresh host (`python -m lab build`; cached
+until the playbook changes). Hosts started from it get site.yml again: the second run must change
+nothing, and the result is checked on the hosts, not taken from the run's word.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from labkit import Lab, lab_cli, read_inventory
+
+pytestmark = pytest.mark.lab
+RECAP_RE = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def recap(output: str) -> dict[str, int]:
+    return {m[0]: int(m[2]) + 1000 * (int(m[3]) + int(m[4])) for m in RECAP_RE.findall(output)}
+
+
+@pytest.fixture(scope="module")
+def lab2():
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    lab_cli("down", check=False)
+    lab_cli("build", timeout=3600)  # a real site.yml run on a fresh host, unless cached
+    try:
+        lab_cli("up", "--hosts", "2", timeout=600)
+        yield Lab(read_inventory())
+    finally:
+        lab_cli("down", check=False)
+
+
+def site(ansible_repo, *args: str):
+    done = ansible_repo.run("ansible-playbook", "-i", "inventory/lab/hosts.yml", "site.yml", *args, timeout=2400)
+    assert "PLAY RECAP" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    return done
+
+
+def test_second_run_changes_nothing_and_validate_passes(lab2, ansible_repo):
+    first = site(ansible_repo)  # may update the agent: the golden image ignores agent changes
+    assert first.returncode == 0, first.stdout[-4000:]
+    second = site(ansible_repo)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert recap(second.stdout) == {"node01": 0, "node02": 0}, second.stdout[-4000:]
+
+
+def test_result_on_the_hosts(lab2):
+    for host in lab2.hosts:
+        held = lab2.ssh(host, "apt-mark showhold").stdout.split()
+        assert {"libnvidia-cfg1", "nvidia-persistenced"} <= set(held), held
+        assert "blacklist nouveau" in lab2.ssh(host, "cat /etc/modprobe.d/*nouveau*.conf").stdout
+        mca = lab2.ssh(host, "cat /etc/openmpi/openmpi-mca-params.conf").stdout
+        assert re.search(r"^btl_tcp_if_include\s*=\s*10\.213\.7\.0/24", mca, re.M), mca
+        mpi = lab2.ssh(host, "dpkg-query -W -f '${Version}' openmpi-bin").stdout
+        assert mpi.startswith("4.1.4"), mpi
+        build = lab2.ssh(host, "/opt/stacks/tf-horovod/bin/horovodrun --check-build").stdout
+        for line in ("[X] TensorFlow", "[X] MPI", "[X] Gloo"):
+            assert line in build, build
+        versions = lab2.ssh(host, "/opt/stacks/tf-horovod/bin/python -c 'import tensorflow as tf, horovod; "
+                                  "print(tf.__version__, horovod.__version__)'", timeout=120).stdout.split()
+        assert versions == ["2.15.1", "0.28.1"]
+        node = lab2.ssh(host, "gpucheck node --format json", timeout=300, check=False)
+        report = json.loads(node.stdout)
+        bad = {r["check"]: r["reason"] for r in report["results"] if r["status"] not in ("pass", "skip")}
+        assert node.returncode == 0 and report["profile"] == "lab", bad
+        assert report["facts"]["frameworks"]["tf-horovod"]["tensorflow"] == "2.15.1"
+
+
+def test_check_mode_on_a_fresh_host(ansible_repo):
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    lab_cli("down", check=False)
+    try:
+        lab_cli("up", "--hosts", "1", "--no-golden", timeout=600)
+        done = site(ansible_repo, "--check", "--skip-tags", "validate")
+        assert done.returncode == 0, done.stdout[-4000:]
+        assert recap(done.stdout)["node01"] < 1000  # no failed or unreachable task
+    finally:
+        lab_cli("down", check=False)
