@@ -58,7 +58,8 @@ def main() -> None:
                 inventory = write_inventory(run / "hosts.yml", sshd, hosts)
                 env = clean_env(run)
                 ours, done = timed([sys.executable, "-m", "gpucheck.cluster", "-i", str(inventory), "--remote-command",
-                                    str(sshd.agent), "--report", str(run / "report")], env, run)
+                                    str(sshd.agent), "--report", str(run / "report"),
+                                    "--stages", "consistency"], env, run)
                 if done.returncode != 0:
                     raise SystemExit(f"gpucheck cluster failed ({done.returncode}):\n{done.stdout}{done.stderr}")
                 fan = json.loads((run / "report" / "report.json").read_text())["timings"]["fanout"]

@@ -191,6 +191,10 @@ def run_cluster(args: list[str], timeout: float = 120, cwd: Path | None = None,
 
     wired = "cluster" in build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     entry = ["-m", "gpucheck", "cluster"] if wired else ["-m", "gpucheck.cluster"]
+    if not any(a.startswith(("--stages", "--skip-stages")) for a in args):
+        # these hosts are fake agents on one machine: the fan-out and the comparison only, not the
+        # network/MPI/training stages (tests/cluster_lab runs those against the lab)
+        args = [*args, "--stages", "consistency,stragglers"]
     return subprocess.run([sys.executable, *entry, *args], capture_output=True, text=True, env=environ,
                           timeout=timeout, cwd=cwd)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,16 @@ examples:
   gpucheck cluster -i inventory/prod                   every host of gpu_nodes (else all)
   gpucheck cluster -i inventory/prod --limit 'node0*' --profile hgx-h100
   gpucheck cluster --full --report /srv/handoff/rack3  benchmarks too; stragglers vs the fleet median
+  gpucheck cluster --stages consistency,network        only compare the nodes and test the pairs
+  gpucheck cluster --skip-stages smoke --pair-seconds 10
+
+stages (in this order): consistency (versions agree), network (pair bandwidth, the slow node named),
+mpi (one rank per node), allreduce (bus bandwidth across nodes), smoke (distributed training and
+scaling efficiency), stragglers (nodes below the fleet median).
 """
+# The stages after the fan-out, in the order they run (cluster/stages.py STAGES).
+STAGE_NAMES = ("consistency", "network", "mpi", "allreduce", "smoke", "stragglers")
+FRAMEWORK_NAMES = ("tf-horovod", "torch", "tf-ps")
 
 
 def _positive(kind: type, what: str) -> Any:
@@ -44,6 +54,21 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError("must be in (0, 1]")
     return value
+
+
+def _stage_list(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in STAGE_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown stage(s) {', '.join(unknown) or repr(text)} "
+                                         f"(stages: {','.join(STAGE_NAMES)})")
+    return names
+
+
+def _size(text: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*[KMG]?", text):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size like 64M, 1G or 1048576")
+    return text
 
 
 def add_parser(subparsers: Any) -> None:
@@ -81,6 +106,29 @@ def add_parser(subparsers: Any) -> None:
                      help="a node below F x the fleet median of a measured figure is a straggler (default: 0.9)")
     cmp.add_argument("--network-sample", type=_positive(int, "a whole number"), metavar="K",
                      help="network stage: test K rounds of the pair schedule, spread over it (default: all)")
+    lab = p.add_argument_group("cluster stages (network, MPI, all-reduce, smoke training)")
+    lab.add_argument("--stages", type=_stage_list, default=STAGE_NAMES, metavar="A,B,...",
+                     help=f"run only these stages (default: all: {','.join(STAGE_NAMES)})")
+    lab.add_argument("--skip-stages", type=_stage_list, default=(), metavar="A,B,...",
+                     help="leave these stages out")
+    lab.add_argument("--framework", choices=FRAMEWORK_NAMES, default="tf-horovod",
+                     help="smoke training job: Horovod + TensorFlow/Keras (default), PyTorch DDP, or TensorFlow "
+                          "parameter-server mode")
+    lab.add_argument("--pair-seconds", type=_positive(float, "a number of seconds"), default=3.0, metavar="S",
+                     help="network stage: seconds each pair streams (default: 3)")
+    lab.add_argument("--pair-fraction", type=_fraction, default=0.7, metavar="F",
+                     help="network stage: a pair below F x the reference (the median of each node's best pair) "
+                          "is slow and re-tested (default: 0.7)")
+    lab.add_argument("--stage-timeout", type=_positive(float, "a number of seconds"), default=600.0,
+                     metavar="SECONDS", help="limit of each mpirun / training job (default: 600)")
+    lab.add_argument("--smoke-steps", type=_positive(int, "a whole number"), default=20, metavar="N",
+                     help="smoke job: steps per epoch on every rank, 2 epochs (default: 20)")
+    lab.add_argument("--allreduce-size", type=_size, default="64M", metavar="SIZE",
+                     help="built-in all-reduce benchmark: bytes per rank (default: 64M; all_reduce_perf uses the "
+                          "profile's nccl_allreduce_size_B)")
+    lab.add_argument("--scaling-efficiency-min", type=_fraction, metavar="F",
+                     help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
+                          "published figures, not judged)")
     cmp.add_argument("--report", type=Path, metavar="DIR",
                      help="report directory (default: ./gpucheck-report-<UTC time>/)")
 
@@ -93,13 +141,18 @@ def fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..report import cluster as report
     from . import fanout, progress, stages, verdict
-    from .context import ClusterContext, Options
+    from .context import ClusterContext
     from .inventory import InventoryError, load
+    from .stagekit import StageOptions
 
-    options = Options(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
-                      host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
-                      remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
-                      network_sample=args.network_sample)
+    selected = tuple(n for n in args.stages if n not in args.skip_stages)
+    options = StageOptions(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
+                           host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
+                           remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
+                           network_sample=args.network_sample, stages=selected, framework=args.framework,
+                           pair_seconds=args.pair_seconds, pair_fraction=args.pair_fraction,
+                           stage_timeout=args.stage_timeout, smoke_steps=args.smoke_steps,
+                           allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min)
     try:
         fanout.build_command(options)
     except ValueError as exc:
@@ -141,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         verdict.fail_safe(ctx.nodes)
         save()
         for name, stage in stages.STAGES:
+            if name not in selected:
+                continue
             stages.run_stage(name, stage, ctx)
             save()
         doc = save(complete=True)

@@ -20,7 +20,11 @@ from collections.abc import Callable
 
 from ..model import Result, Status
 from . import consistency, stragglers
+from .allreduce import allreduce_stage
 from .context import ClusterContext, ClusterResult
+from .mpi import mpi_stage
+from .network import network_stage
+from .smoke import smoke_stage
 
 Stage = Callable[[ClusterContext], list[Result]]
 
@@ -38,7 +42,10 @@ def straggler_stage(ctx: ClusterContext) -> list[Result]:
 
 STAGES: list[tuple[str, Stage]] = [
     ("consistency", consistency_stage),
-    # lab stages go here: network, mpi, nccl, smoke (see the module docstring)
+    ("network", network_stage),
+    ("mpi", mpi_stage),
+    ("allreduce", allreduce_stage),
+    ("smoke", smoke_stage),
     ("stragglers", straggler_stage),
 ]
 

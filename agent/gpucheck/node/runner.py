@@ -147,6 +147,9 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
         "gpu_models": sorted({g.get("name") for g in gpus if g.get("name")}),
         "libraries": libraries.summary(ctx.facts.get("libraries")),
         "frameworks": frameworks.summary(ctx.facts.get("frameworks")),
+        # where each stack's python is, so `gpucheck cluster` runs the workloads with it
+        "stacks": {s["name"]: {"python": s["python"], "frameworks": s["frameworks"]}
+                   for s in (ctx.facts.get("frameworks") or {}).get("stacks", [])},
         "collect_seconds": gather.timings,
         "collect_errors": {name: exc.reason for name, exc in gather.failures.items()},
     }

@@ -1,0 +1,140 @@
+"""All-reduce stage: bus bandwidth of one all-reduce across every node, against the profile.
+
+Where nccl-tests is installed on the launcher (`all_reduce_perf` on PATH): one rank per node driving
+all its GPUs (`mpirun ... all_reduce_perf -b SIZE -e SIZE -g GPUS -c 1`, one large size: "Avg bus
+bandwidth" would average a whole sweep), parsed by parsers.nccl_tests, busbw against the profile's
+bandwidth.nccl_allreduce_busbw_GBps_min. Otherwise the built-in benchmark
+(workloads/allreduce_bench.py) with the stack's Horovod under mpirun: NCCL on GPU nodes, MPI/Gloo on
+CPU nodes, computed as nccl-tests computes busbw."""
+
+from __future__ import annotations
+
+import time
+
+from ..model import Result, Status
+from ..parsers import ParseError, parse
+from ..workloads import results as wl
+from . import workrun
+from .context import ClusterContext, ClusterResult
+from .remote import Runner
+from .stagekit import FRAMEWORKS, StageOptions, left_out_text, participants, profile_value, runner, settings
+
+CHECK = "cluster.allreduce"
+DEFAULT_SIZE_B = 8 * 1024**3
+REMEDIATION = ("run it by hand with NCCL_DEBUG=INFO (which transport: NET/IB or Socket?); check the IB links "
+               "(cluster.network), GPUDirect RDMA and the NCCL version on every node")
+
+
+def _human(size: int) -> str:
+    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
+
+
+def allreduce_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
+    s = settings(ctx)
+    began = time.monotonic()
+    nodes, left_out = participants(ctx)
+    if len(nodes) < 2:
+        return [ClusterResult(CHECK, Status.SKIP, reason=f"{len(nodes)} usable node(s): a multi-node all-reduce "
+                              "needs two" + left_out_text(left_out))]
+    run = run or runner(ctx)
+    launcher = nodes[0]
+    probe = run.run(launcher, "command -v all_reduce_perf", 30)
+    if probe.error and probe.kind != "timeout":
+        return [ClusterResult(CHECK, Status.ERROR, reason=f"cannot reach the launcher {launcher}: {probe.describe()}",
+                              duration_s=time.monotonic() - began)]
+    minimum = profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
+    if probe.ok and probe.stdout.strip():
+        result = _nccl_tests(ctx, run, nodes, probe.stdout.strip().splitlines()[-1], minimum, s.stage_timeout)
+    else:
+        result = _builtin(ctx, run, nodes, minimum, s)
+    result.reason += left_out_text(left_out)
+    result.duration_s = time.monotonic() - began
+    return [result]
+
+
+def _nccl_tests(ctx: ClusterContext, run: Runner, nodes: list[str], binary: str, minimum: float | None,
+                timeout: float) -> ClusterResult:
+    size = int(profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_size_B") or DEFAULT_SIZE_B)
+    gpus = min(workrun.ranks_per_node(ctx, n, True) for n in nodes)
+    lay = workrun.Layout([(n, 1) for n in nodes])
+    program = [binary, "-b", str(size), "-e", str(size), "-g", str(gpus), "-n", "20", "-w", "5", "-c", "1"]
+    done = workrun.mpirun(ctx, run, lay, program, {}, timeout)
+    expected = f">= {minimum:g} GB/s" if minimum else None
+    where = f"{len(nodes)} nodes x {gpus} GPUs, {_human(size)}"
+    try:
+        parsed = parse("nccl-tests", done.stdout)
+    except ParseError as exc:
+        return ClusterResult(CHECK, Status.ERROR, None, expected,
+                             f"all_reduce_perf across {where}: {done.describe() if not done.ok else exc}",
+                             REMEDIATION, done.evidence())
+    busbw = parsed.get("busbw_largest_GBps")
+    measured = {"busbw_GBps": busbw, "tool": "all_reduce_perf", "size_B": size, "nodes": len(nodes),
+                "gpus_per_node": gpus, "hosts": parsed.get("hosts"), "wrong": parsed.get("wrong_total")}
+    if parsed.get("failed") or not done.ok:
+        errors = "; ".join(parsed.get("errors") or []) or done.describe()
+        if parsed.get("wrong_total"):
+            errors = f"{parsed['wrong_total']} wrong values; " + errors
+        return ClusterResult(CHECK, Status.FAIL if parsed.get("failed") else Status.ERROR, measured, expected,
+                             f"all_reduce_perf across {where} failed: {errors}", REMEDIATION, done.evidence())
+    if busbw is None:
+        return ClusterResult(CHECK, Status.ERROR, measured, expected, f"all_reduce_perf across {where}: no result row",
+                             REMEDIATION, done.evidence())
+    if minimum and busbw < minimum:
+        return ClusterResult(CHECK, Status.FAIL, measured, expected,
+                             f"bus bandwidth {busbw:g} GB/s < {minimum:g} GB/s across {where}", REMEDIATION,
+                             done.evidence())
+    note = "" if minimum else " (the profile sets no nccl_allreduce_busbw_GBps_min: not judged)"
+    return ClusterResult(CHECK, Status.PASS, measured, expected,
+                         f"bus bandwidth {busbw:g} GB/s across {where} (all_reduce_perf){note}",
+                         evidence=done.evidence())
+
+
+def _builtin(ctx: ClusterContext, run: Runner, nodes: list[str], minimum: float | None,
+             s: StageOptions) -> ClusterResult:
+    stack = FRAMEWORKS["tf-horovod"][0]
+    python, unusable = workrun.pythons(ctx, nodes, stack)
+    if python is None or unusable:
+        why = "; ".join(f"{n}: {w}" for n, w in unusable.items())
+        return ClusterResult(CHECK, Status.ERROR, reason=f"no all_reduce_perf on {nodes[0]} and the built-in benchmark "
+                             f"cannot run: {why or 'no ' + stack + ' stack'}",
+                             remediation="install nccl-tests (build with MPI=1) or the tf-horovod stack (site.yml)")
+    gpus = workrun.on_gpus(ctx, nodes)
+    lay = workrun.layout(ctx, nodes, gpus)
+    path, failed = workrun.distribute(ctx, run, nodes, workrun.script("allreduce"))
+    if failed:
+        return ClusterResult(CHECK, Status.ERROR, reason="cannot copy the benchmark to " + "; ".join(
+            r.describe() for r in failed.values()))
+    timeout, size = s.stage_timeout, s.allreduce_size
+    program = [python, path, "--framework", "horovod", "--size", size, "--timeout-s", f"{max(30.0, timeout - 15):g}"]
+    done = workrun.mpirun(ctx, run, lay, program, workrun.rank_env(gpus), timeout)
+    rows = wl.parse_results(done.stdout)
+    judged_min = minimum if gpus else None
+    verdict = wl.judge_allreduce(rows, lay.ranks, judged_min)
+    busbw = verdict.get("busbw_GBps")
+    backend = next((r.get("backend") for r in rows if r.get("backend")), None)
+    where = f"{lay.ranks} ranks on {len(nodes)} nodes ({'GPUs' if gpus else 'CPU'}, Horovod/{backend or '?'}), {size}B"
+    measured = {"busbw_GBps": busbw, "algbw_GBps": verdict.get("algbw_GBps"), "tool": "allreduce_bench",
+                "backend": backend, "bytes": verdict.get("bytes"), "ranks": lay.ranks, "nodes": len(nodes)}
+    expected = f">= {judged_min:g} GB/s" if judged_min else None
+    if not verdict["passed"] or not done.ok:
+        bad_rows = [r for r in rows if isinstance(r.get("rank"), int) and (r.get("wrong") or not r.get("ok"))]
+        ranks = {**verdict, "failed_ranks": [{"rank": r["rank"], "error": r.get("error") or f"{r.get('wrong')} wrong "
+                                              "element(s)"} for r in bad_rows]}
+        blamed = workrun.blame_ranks(ranks, lay, done.timed_out)
+        reasons = "; ".join(verdict["reasons"]) or done.describe()
+        status = Status.FAIL if verdict["reasons"] else Status.ERROR
+        return ClusterResult(CHECK, status, measured, expected, f"all-reduce across {where}: {reasons}", REMEDIATION,
+                             done.evidence(), nodes=blamed if status == Status.FAIL else {})
+    if gpus:
+        note = "" if minimum else " (the profile sets no nccl_allreduce_busbw_GBps_min: not judged)"
+    else:
+        profile = profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
+        note = (" (CPU ranks: not judged against the GPU minimum"
+                + (f" {profile:g} GB/s" if profile else "; the profile sets none") + ")")
+    return ClusterResult(CHECK, Status.PASS, measured, expected,
+                         f"bus bandwidth {busbw:.4g} GB/s across {where}, every element correct{note}",
+                         evidence=done.evidence())
+

@@ -1,0 +1,137 @@
+"""MPI stage: one rank on every node, started by `mpirun` from the first usable node (the launcher; the
+nodes reach each other over SSH as mpirun needs). Every rank prints its host's name; a node whose
+rank did not report, or reported another host's name, is named.
+
+When the job as a whole fails, each node is tried alone with the launcher (2-rank jobs, in parallel)
+so the report names the node(s) MPI cannot start on, not just "mpirun failed"; when every such job
+fails too, the launcher itself is tried with one rank."""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ..model import Result, Status
+from .context import ClusterContext, ClusterResult
+from .remote import Remote, Runner, command
+from .stagekit import address, hostname, left_out_text, participants, runner, settings
+
+CHECK = "cluster.mpi"
+# OpenMPI --tag-output: "[1,3]<stdout>:node04"
+_TAGGED = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<stdout>:\s?(?P<text>.*)$")
+# ssh as mpirun starts it: never wait on a prompt (a missing key or host key), give up on a dead node.
+RSH_ARGS = "-o BatchMode=yes -o ConnectTimeout=10"
+REMEDIATION = ("check from the launcher: ssh to the node as the MPI user (keys, known_hosts), the same OpenMPI "
+               "on every node (orted on PATH), and the MCA network settings (/etc/openmpi/openmpi-mca-params.conf)")
+
+
+def mpirun_argv(slots: list[tuple[str, int]], program: list[str], extra: list[str] | None = None) -> list[str]:
+    """mpirun as root on Debian's OpenMPI needs --allow-run-as-root; --oversubscribe for more ranks than
+    cores (CPU lab nodes)."""
+    hosts = ",".join(f"{h}:{n}" for h, n in slots)
+    total = sum(n for _, n in slots)
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--tag-output", "-np", str(total), "--host", hosts,
+            "--map-by", "slot", "--bind-to", "none", "--mca", "plm_rsh_args", RSH_ARGS, *(extra or []), *program]
+
+
+def ranks_of(stdout: str) -> dict[int, str]:
+    """rank -> first line it printed (from --tag-output)."""
+    out: dict[int, str] = {}
+    for line in stdout.splitlines():
+        m = _TAGGED.match(line.strip())
+        if m:
+            out.setdefault(int(m["rank"]), m["text"].strip())
+    return out
+
+
+def hello(run: Runner, launcher: str, targets: list[tuple[str, str]], timeout: float) -> tuple[Remote, dict[int, str]]:
+    """targets: (node, address) in rank order. Returns the run and rank -> hostname."""
+    done = run.run(launcher, command(mpirun_argv([(a, 1) for _, a in targets], ["hostname"])), timeout)
+    return done, ranks_of(done.stdout)
+
+
+def judge(ctx: ClusterContext, targets: list[tuple[str, str]], ranks: dict[int, str]) -> dict[str, str]:
+    """node -> what is wrong with its rank (missing, or another host's name)."""
+    wrong: dict[str, str] = {}
+    for rank, (node, where) in enumerate(targets):
+        got = ranks.get(rank)
+        want = hostname(ctx, node)
+        if got is None:
+            wrong[node] = f"rank {rank} ({where}) reported nothing"
+        elif got != want:
+            wrong[node] = f"rank {rank} ({where}) ran on host {got!r}, expected {want!r} (two inventory entries " \
+                          "for one machine, or a wrong address?)"
+    return wrong
+
+
+def mpi_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
+    s = settings(ctx)
+    began = time.monotonic()
+    nodes, left_out = participants(ctx)
+    if not nodes:
+        return [ClusterResult(CHECK, Status.SKIP, reason="no usable node" + left_out_text(left_out))]
+    run = run or runner(ctx)
+    launcher = nodes[0]
+    targets = [(n, address(ctx, n, data=False)) for n in nodes]
+    done, ranks = hello(run, launcher, targets, s.stage_timeout)
+    wrong = judge(ctx, targets, ranks)
+    measured = {"launcher": launcher, "ranks_expected": len(targets), "ranks_reported": len(ranks),
+                "hosts": {n: ranks.get(i) for i, (n, _) in enumerate(targets)}}
+    expected = f"{len(targets)} ranks, one on each node, each printing its own hostname"
+    if done.ok and not wrong:
+        return [ClusterResult(CHECK, Status.PASS, measured, expected,
+                              f"{len(targets)} ranks on {len(targets)} nodes from {launcher}, each on its own host "
+                              f"({done.wall_s:.1f} s)" + left_out_text(left_out), evidence=done.evidence(),
+                              duration_s=time.monotonic() - began)]
+    if done.error and done.kind not in ("timeout",):  # could not even reach the launcher
+        return [ClusterResult(CHECK, Status.ERROR, measured, expected, f"cannot run mpirun on the launcher "
+                              f"{launcher}: {done.describe()}", REMEDIATION, done.evidence(),
+                              time.monotonic() - began)]
+    if not done.ok and len(targets) > 1:
+        wrong = locate(ctx, run, launcher, targets, s.stage_timeout) or wrong
+    how = done.describe() if not done.ok else "every rank ran but some on the wrong host"
+    if not wrong:
+        return [ClusterResult(CHECK, Status.FAIL, measured, expected,
+                              f"mpirun across {len(targets)} nodes failed ({how}) but every node starts a rank "
+                              f"with the launcher alone: intermittent, or too many nodes at once?"
+                              + left_out_text(left_out), REMEDIATION, done.evidence(), time.monotonic() - began)]
+    measured["not_started"] = sorted(wrong)
+    all_but_launcher = set(wrong) >= {n for n, _ in targets if n != launcher} and len(targets) > 2
+    nodes_blamed = {} if all_but_launcher and launcher not in wrong else wrong
+    reason = "; ".join(f"{n}: {why}" for n, why in wrong.items())
+    if all_but_launcher and launcher not in wrong:
+        reason = (f"MPI fails from the launcher {launcher} to every other node (the launcher's own rank runs): "
+                  f"check {launcher}'s SSH to the others; " + reason)
+    return [ClusterResult(CHECK, Status.FAIL, measured, expected, f"{reason} (mpirun: {how})"
+                          + left_out_text(left_out), REMEDIATION, done.evidence(), time.monotonic() - began,
+                          nodes=nodes_blamed)]
+
+
+def locate(ctx: ClusterContext, run: Runner, launcher: str, targets: list[tuple[str, str]],
+           timeout: float) -> dict[str, str]:
+    """The job across all nodes failed: try each node with the launcher alone (2 ranks), in parallel."""
+    where = dict(targets)
+    others = [(n, a) for n, a in targets if n != launcher]
+
+    def one(target: tuple[str, str]) -> tuple[str, str | None]:
+        node, addr = target
+        pair = [(launcher, where[launcher]), (node, addr)]
+        done, ranks = hello(run, launcher, pair, timeout)
+        bad = judge(ctx, pair, ranks)
+        if done.ok and not bad:
+            return node, None
+        if not done.ok:
+            return node, f"2-rank job with {launcher} failed: {done.describe()}"
+        return node, bad.get(node) or f"2-rank job with {launcher}: {'; '.join(bad.values())}"
+
+    with ThreadPoolExecutor(max_workers=max(1, min(ctx.options.forks, len(others), 16)),
+                            thread_name_prefix="gpucheck-mpi") as pool:
+        found = {node: why for node, why in pool.map(one, others) if why}
+    if others and len(found) == len(others):
+        alone, ranks = hello(run, launcher, [(launcher, where[launcher])], timeout)
+        bad = judge(ctx, [(launcher, where[launcher])], ranks)
+        if not alone.ok or bad:
+            return {launcher: bad.get(launcher) or f"mpirun with one rank on the launcher itself fails: "
+                    f"{alone.describe()}"}
+    return found

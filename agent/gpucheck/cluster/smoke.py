@@ -1,0 +1,296 @@
+"""Smoke stage: a small distributed training job on synthetic data, then scaling efficiency.
+
+--framework picks the job (the scripts are agent/gpucheck/workloads/*, copied to /var/tmp/gpucheck on
+every node and run by the stack's python):
+- tf-horovod (default): Keras `fit` with hvd.DistributedOptimizer under mpirun from the launcher;
+- torch: DDP, one torchrun per node (static rendezvous on the launcher);
+- tf-ps: TensorFlow parameter-server training, one process per task (chief, workers, ps), each
+  started over SSH with its own TF_CONFIG.
+
+It runs at 1 rank, then 1 node (all its GPUs; skipped when a node runs one rank: CPU nodes), then
+every node. A run passes when every rank reported, the loss fell, every rank ends with identical
+weights (checksums from every rank) and no rank hung (each rank has a watchdog; the launcher has the
+stage timeout). Results: cluster.smoke.<framework> (fail names the node a bad rank ran on) and
+cluster.scaling (throughput at 1 rank vs N: speed-up and efficiency, beside published figures);
+ctx.scaling gets one point per run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Result, Status
+from ..workloads import launch
+from ..workloads import results as wl
+from . import workrun
+from .context import ClusterContext, ClusterResult
+from .remote import Remote, Runner, command
+from .stagekit import FRAMEWORKS, StageOptions, address, left_out_text, node_profile, participants, runner, settings
+
+SCALING = "cluster.scaling"
+UNIT = "samples/s"
+NEEDS = {"tf-horovod": ("tensorflow", "horovod"), "torch": ("torch",), "tf-ps": ("tensorflow",)}
+TORCH_PORT = 29500
+PS_PORT = 2222
+REMEDIATION = ("re-run the job by hand from the launcher (the command is in the evidence); a rank that hung "
+               "or crashed points at its node (cluster.mpi, cluster.network, its framework checks)")
+
+
+@dataclass
+class Run:
+    label: str
+    ranks: int
+    lay: workrun.Layout
+    done: Remote | None = None
+    verdict: dict[str, Any] = field(default_factory=dict)
+    throughput: float | None = None
+    blamed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.verdict.get("passed")) and self.done is not None and self.done.ok
+
+
+def _has(ctx: ClusterContext, node: str, stack: str, framework: str) -> bool:
+    versions = ((ctx.nodes[node].facts or {}).get("frameworks") or {}).get(stack) or {}
+    return versions.get(framework) is not None
+
+
+def _required(ctx: ClusterContext, nodes: list[str], frameworks: tuple[str, ...]) -> bool:
+    for node in nodes:
+        profile = node_profile(ctx, node)
+        if profile and set(frameworks) & set(profile.get("frameworks", "required", []) or []):
+            return True
+    return False
+
+
+def smoke_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
+    s = settings(ctx)
+    began = time.monotonic()
+    framework = s.framework
+    check = f"cluster.smoke.{framework}"
+    if framework not in FRAMEWORKS:
+        return [ClusterResult(check, Status.ERROR, reason=f"unknown framework {framework!r} "
+                              f"(one of {', '.join(FRAMEWORKS)})")]
+    stack, kind = FRAMEWORKS[framework]
+    nodes, left_out = participants(ctx)
+    if not nodes:
+        return [ClusterResult(check, Status.SKIP, reason="no usable node" + left_out_text(left_out))]
+    needs = NEEDS[framework]
+    lacking = {n: f"no {'/'.join(needs)} in its {stack} stack" for n in nodes
+               if not all(_has(ctx, n, stack, f) for f in needs)}
+    if len(lacking) == len(nodes):
+        status = Status.ERROR if _required(ctx, nodes, needs) else Status.SKIP
+        return [ClusterResult(check, status, reason=f"the {stack} stack with {' and '.join(needs)} is missing on "
+                              f"every node (no node reports it in facts.frameworks): cannot run the {framework} job",
+                              remediation=f"install the {stack} stack (site.yml, frameworks role) or pick another "
+                                          "--framework")]
+    left_out.update(lacking)
+    nodes = [n for n in nodes if n not in lacking]
+    python, unusable = workrun.pythons(ctx, nodes, stack)
+    if python is None or unusable:
+        return [ClusterResult(check, Status.ERROR, reason="cannot find one python for the job: " + "; ".join(
+            f"{n}: {w}" for n, w in unusable.items()))]
+    run = run or runner(ctx)
+    path, failed = workrun.distribute(ctx, run, nodes, launch.script_path(kind))
+    if failed:
+        return [ClusterResult(check, Status.ERROR, reason="cannot copy the job to the nodes: " + "; ".join(
+            r.describe() for r in failed.values()))]
+    gpus = workrun.on_gpus(ctx, nodes)
+    runs = plan_runs(ctx, nodes, gpus)
+    job = {"tf-horovod": _horovod, "torch": _torch, "tf-ps": _ps}[framework]
+    for r in runs:
+        job(ctx, run, s, python, path, gpus, r)
+        if not r.passed:
+            break  # a bigger run cannot pass where a smaller one failed
+    results = [_smoke_result(check, framework, runs, gpus, left_out, time.monotonic() - began)]
+    results.append(_scaling(ctx, framework, runs, gpus, s))
+    return results
+
+
+def plan_runs(ctx: ClusterContext, nodes: list[str], gpus: bool) -> list[Run]:
+    launcher = nodes[0]
+    runs = [Run("1 rank", 1, workrun.Layout([(launcher, 1)]))]
+    per_node = workrun.ranks_per_node(ctx, launcher, gpus)
+    if per_node > 1:
+        runs.append(Run("1 node", per_node, workrun.Layout([(launcher, per_node)])))
+    everything = workrun.layout(ctx, nodes, gpus)
+    if everything.ranks > runs[-1].ranks:
+        runs.append(Run(f"{len(nodes)} nodes", everything.ranks, everything))
+    return runs
+
+
+def _timeout_s(s: StageOptions) -> float:
+    return max(30.0, s.stage_timeout - 15)
+
+
+def _horovod(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+    program = [python, path, "--epochs", "2", "--steps", str(s.smoke_steps), "--timeout-s", f"{_timeout_s(s):g}"]
+    r.done = workrun.mpirun(ctx, run, r.lay, program, workrun.rank_env(gpus), s.stage_timeout)
+    _judge(r, wl.parse_results(r.done.stdout), "smoke_horovod_keras")
+
+
+def _judge(r: Run, rows: list[dict[str, Any]], workload: str) -> None:
+    r.verdict = wl.judge_smoke(rows, r.ranks, workload)
+    r.throughput = r.verdict.get("samples_per_s_total")
+    if not r.passed:
+        r.blamed = workrun.blame_ranks(r.verdict, r.lay, bool(r.done and r.done.timed_out))
+
+
+def _start_all(run: Runner, starts: list[tuple[str, str]], timeout: float) -> list[Remote]:
+    """Start one command per (node, command) at once and wait for every one."""
+    started = [run.start(node, cmd, timeout) for node, cmd in starts]
+    with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="gpucheck-task") as pool:
+        return list(pool.map(lambda bg: bg.wait(), started))
+
+
+def _combined(parts: list[Remote]) -> Remote:
+    """One Remote standing for several: ok when all are; the first failure's error."""
+    first_bad = next((p for p in parts if not p.ok), None)
+    out = Remote(parts[0].host if parts else "", "\n".join(p.command for p in parts),
+                 "".join(p.stdout for p in parts), "\n".join(p.stderr for p in parts if p.stderr),
+                 0 if first_bad is None else first_bad.exit, first_bad.error if first_bad else None,
+                 first_bad.kind if first_bad else "", max((p.wall_s for p in parts), default=0.0))
+    return out
+
+
+def _torch(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+    torchrun = python.rsplit("/", 1)[0] + "/torchrun"
+    master = address(ctx, r.lay.slots[0][0], data=False)
+    args = ["--epochs", "2", "--steps", str(s.smoke_steps), "--timeout-s", f"{_timeout_s(s):g}"]
+    starts = []
+    for i, (node, k) in enumerate(r.lay.slots):
+        argv = launch.torchrun_command(path, args, nnodes=len(r.lay.slots), node_rank=i, nproc_per_node=k,
+                                       master_addr=master, master_port=TORCH_PORT, torchrun=torchrun)
+        starts.append((node, command(argv, env=workrun.rank_env(gpus))))
+    parts = _start_all(run, starts, s.stage_timeout)
+    r.done = _combined(parts)
+    _judge(r, wl.parse_results(r.done.stdout), "smoke_torch_ddp")
+
+
+def _ps(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+    by_address = {address(ctx, n, data=False): n for n, _ in r.lay.slots}
+    hosts = list(by_address)
+    workers = r.lay.slots[0][1]  # workers per host: one per GPU (one on CPU nodes); the 1-rank run: 1
+    tasks = launch.plan_ps_cluster(hosts, PS_PORT, num_ps=1, workers_per_host=workers)
+    steps = max(20, 3 * s.smoke_steps)
+    args = ["--steps", str(steps), "--timeout-s", f"{_timeout_s(s):g}", "--chief-wait-s", f"{_timeout_s(s):g}"]
+    starts = [(by_address[t.host], command([python, path, *args], env=t.env(workrun.rank_env(gpus)))) for t in tasks]
+    parts = _start_all(run, starts, s.stage_timeout)
+    r.done = _combined(parts)
+    expected = {"chief": 1, "worker": sum(1 for t in tasks if t.role == "worker"),
+                "ps": sum(1 for t in tasks if t.role == "ps")}
+    rows = wl.parse_results(r.done.stdout)
+    verdict = wl.judge_ps(rows, expected)
+    chief = next((row for row in rows if row.get("role") == "chief"), {})
+    verdict.update(hosts=sorted({str(row.get("hostname")) for row in rows if row.get("hostname")}),
+                   weights_majority=chief.get("weights_sha256"), loss_first=chief.get("loss_first"),
+                   loss_last=chief.get("loss_last"), ps=True)
+    r.verdict = verdict
+    r.throughput = verdict.get("samples_per_s_total")
+    r.ranks = expected["worker"]
+    if not r.passed:
+        bad = {by_address.get(t.host, t.host) for t in tasks for row in rows
+               if row.get("role") == t.role and row.get("task_index") == t.index and not row.get("ok")}
+        if len(bad) < len(r.lay.slots):
+            r.blamed = {n: "a parameter-server task there failed" for n in bad}
+
+
+def _smoke_result(check: str, framework: str, runs: list[Run], gpus: bool, left_out: dict[str, str],
+                  duration: float) -> ClusterResult:
+    measured = {r.label: {"ranks": r.ranks, "passed": r.passed, "samples_per_s": r.throughput,
+                          "wall_s": round(r.done.wall_s, 1) if r.done else None,
+                          "hosts": r.verdict.get("hosts"), "weights": r.verdict.get("weights_majority")}
+                for r in runs}
+    device = "GPU" if gpus else "CPU"
+    expected = "the loss falls, every rank ends with identical weights, no rank hangs"
+    evidence = "\n\n".join(f"--- {r.label}\n{r.done.evidence()}" for r in runs if r.done)
+    bad = next((r for r in runs if not r.passed), None)
+    if bad is None:
+        last = runs[-1]
+        losses = _loss_text(last.verdict, last)
+        who = "worker(s)" if last.verdict.get("ps") else "rank(s)"
+        return ClusterResult(check, Status.PASS, measured, expected,
+                             f"{framework} on {last.ranks} {device} {who} over {len(last.lay.slots)} node(s): "
+                             f"{losses}; " + ", ".join(f"{r.label} {_tp(r.throughput)}" for r in runs)
+                             + left_out_text(left_out), evidence=evidence, duration_s=duration)
+    reasons = list(bad.verdict.get("reasons") or [])
+    if bad.done is not None and not bad.done.ok:
+        reasons.append(f"launcher: {bad.done.describe()}")
+    skipped = [r.label for r in runs[runs.index(bad) + 1:]]
+    status = Status.FAIL if bad.verdict.get("reasons") else Status.ERROR
+    text = f"{framework} at {bad.label} ({bad.ranks} rank(s)): " + "; ".join(reasons[:6])
+    if skipped:
+        text += f"; not run: {', '.join(skipped)}"
+    return ClusterResult(check, status, measured, expected, text + left_out_text(left_out), REMEDIATION, evidence,
+                         duration, nodes=bad.blamed if status == Status.FAIL else {})
+
+
+def _loss_text(verdict: Mapping[str, Any], r: Run) -> str:
+    majority = verdict.get("weights_majority")
+    if verdict.get("ps"):
+        tasks = verdict.get("expected_tasks") or {}
+        return (f"loss fell {_num(verdict.get('loss_first'))} -> {_num(verdict.get('loss_last'))} on the chief, every "
+                f"one of {tasks.get('worker')} worker(s) read back the variables of {tasks.get('ps')} ps task(s) "
+                f"identically" + (f" (sha256 {str(majority)[:12]})" if majority else ""))
+    return (f"loss fell on every rank, identical weights on all {verdict.get('reported_ranks', r.ranks)} ranks"
+            + (f" (sha256 {str(majority)[:12]})" if majority else ""))
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) else "?"
+
+
+def _tp(value: float | None) -> str:
+    return f"{value:.4g} {UNIT}" if value is not None else "no throughput"
+
+
+def _reference_text() -> str:
+    return "; ".join(f"{ref['name'].split(',')[0]}: {ref['efficiency']:.0%} at {ref['gpus']} GPUs"
+                     for ref in wl.REFERENCES)
+
+
+def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, s: StageOptions) -> ClusterResult:
+    single = runs[0]
+    label = framework + ("" if gpus else " (CPU ranks)")
+    refs = [{k: ref[k] for k in ("name", "gpus", "speedup", "efficiency", "source")} for ref in wl.REFERENCES]
+    if not single.passed or not single.throughput:
+        return ClusterResult(SCALING, Status.ERROR, {"references": refs}, None,
+                             f"no scaling figure: the 1-rank {framework} run "
+                             f"{'measured no throughput' if single.passed else 'failed'}")
+    if len(runs) == 1:
+        return ClusterResult(SCALING, Status.SKIP, {"references": refs}, None,
+                             f"one rank is all there is: nothing to scale to ({_tp(single.throughput)})")
+    ctx.scaling.append({"label": label, "gpus": single.ranks, "throughput": round(single.throughput, 3),
+                        "efficiency": 1.0, "unit": UNIT, "run": single.label})
+    points = []
+    for r in runs[1:]:
+        if not r.passed or not r.throughput:
+            continue
+        sc = wl.scaling(single.throughput, r.throughput, r.ranks)
+        point = {"label": label, "gpus": r.ranks, "throughput": round(r.throughput, 3),
+                 "efficiency": sc["efficiency"], "speedup": sc["speedup"], "unit": UNIT, "run": r.label}
+        ctx.scaling.append(point)
+        points.append(point)
+    measured = {"points": [{"run": single.label, "ranks": single.ranks, "throughput": single.throughput}]
+                + [{"run": p["run"], "ranks": p["gpus"], "throughput": p["throughput"], "speedup": p["speedup"],
+                    "efficiency": p["efficiency"]} for p in points], "unit": UNIT, "references": refs}
+    if not points:
+        return ClusterResult(SCALING, Status.ERROR, measured, None,
+                             "no scaling figure: the multi-rank run failed (see cluster.smoke." + framework + ")")
+    top = points[-1]
+    text = (f"{label}: {_tp(single.throughput)} at 1 rank, {_tp(top['throughput'])} at {top['gpus']} ranks: "
+            f"speed-up {top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}; published: {_reference_text()}")
+    if not gpus:
+        text += ("; CPU ranks sharing CPU nodes measure the plumbing (launcher, collectives, network) of a small "
+                 "model, not GPU training speed")
+    minimum = s.scaling_efficiency_min
+    expected = f">= {minimum:.0%}" if minimum else None
+    if minimum and top["efficiency"] is not None and top["efficiency"] < minimum:
+        return ClusterResult(SCALING, Status.WARN, measured, expected, f"efficiency below {minimum:.0%}: " + text,
+                             "compare with cluster.network and cluster.allreduce; check the GPU-NIC affinity "
+                             "and NCCL transports (NCCL_DEBUG=INFO)")
+    return ClusterResult(SCALING, Status.PASS, measured, expected, text)

@@ -1,0 +1,133 @@
+"""Running a workload script (agent/gpucheck/workloads/*.py) across nodes, for the all-reduce and smoke
+stages: copy it to every node, find the stack's python, lay ranks out on nodes, start it with mpirun
+from the launcher, and say which node a missing or failed rank was on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..workloads import launch
+from .context import ClusterContext
+from .mpi import mpirun_argv
+from .remote import Remote, Runner, command
+from .stagekit import REMOTE_DIR, address, node_profile, stack_python
+
+# What every rank gets: quiet frameworks, one OpenMP thread per rank (CPU ranks share the cores).
+RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+CPU_RANK_ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+@dataclass
+class Layout:
+    """Ranks on nodes, in rank order (mpirun --map-by slot fills each host's slots in turn)."""
+
+    slots: list[tuple[str, int]]  # (node, ranks)
+
+    @property
+    def ranks(self) -> int:
+        return sum(n for _, n in self.slots)
+
+    def node_of(self, rank: int) -> str | None:
+        for node, count in self.slots:
+            if rank < count:
+                return node
+            rank -= count
+        return None
+
+
+def on_gpus(ctx: ClusterContext, nodes: Sequence[str]) -> bool:
+    """Ranks go on GPUs when the profiles say the frameworks must use them (gpu_required); CPU lab nodes
+    (tensorflow-cpu under simulated GPUs) run one CPU rank per node. A profile unknown here: GPUs when
+    the node reports some."""
+    def one(node: str) -> bool:
+        profile = node_profile(ctx, node)
+        if profile is not None:
+            return bool(profile.get("frameworks", "gpu_required", True))
+        return int((ctx.nodes[node].facts or {}).get("gpu_count") or 0) > 0
+
+    return bool(nodes) and all(one(n) for n in nodes)
+
+
+def ranks_per_node(ctx: ClusterContext, node: str, gpus: bool) -> int:
+    if not gpus:
+        return 1
+    return max(1, int((ctx.nodes[node].facts or {}).get("gpu_count") or 1))
+
+
+def layout(ctx: ClusterContext, nodes: Sequence[str], gpus: bool) -> Layout:
+    return Layout([(n, ranks_per_node(ctx, n, gpus)) for n in nodes])
+
+
+def pythons(ctx: ClusterContext, nodes: Sequence[str], stack: str) -> tuple[str | None, dict[str, str]]:
+    """(the stack's python path every node shares, node -> why not usable)."""
+    found = {n: stack_python(ctx, n, stack) for n in nodes}
+    missing = {n: f"no {stack} stack reported by its agent (facts.frameworks)" for n, p in found.items() if not p}
+    paths = {p for p in found.values() if p}
+    if len(paths) > 1:
+        first = found[nodes[0]] or sorted(paths)[0]
+        missing.update({n: f"{stack} python at {p}, not {first} as on {nodes[0]}" for n, p in found.items()
+                        if p and p != first})
+        return first, missing
+    return (next(iter(paths)) if paths else None), missing
+
+
+def distribute(ctx: ClusterContext, run: Runner, nodes: Sequence[str], script: Path,
+               timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
+    """Copy `script` to REMOTE_DIR on every node, in parallel. (remote path, node -> failed copy)."""
+    def one(node: str) -> tuple[str, Remote]:
+        return node, run.put(node, script, REMOTE_DIR, timeout)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(ctx.options.forks, len(nodes))),
+                            thread_name_prefix="gpucheck-copy") as pool:
+        failed = {n: r for n, r in pool.map(one, nodes) if not r.ok}
+    return f"{REMOTE_DIR}/{script.name}", failed
+
+
+def mpirun(ctx: ClusterContext, run: Runner, lay: Layout, program: Sequence[str], env: Mapping[str, str],
+           timeout: float) -> Remote:
+    """mpirun from the first node of the layout, every rank with `env` (exported with -x)."""
+    launcher = lay.slots[0][0]
+    slots = [(address(ctx, n, data=False), k) for n, k in lay.slots]
+    extra: list[str] = []
+    for name in env:
+        extra += ["-x", name]
+    argv = mpirun_argv(slots, list(program), extra)
+    return run.run(launcher, command(argv, env=dict(env)), timeout)
+
+
+def rank_env(gpus: bool) -> dict[str, str]:
+    return {**RANK_ENV, **({} if gpus else CPU_RANK_ENV)}
+
+
+def script(kind: str) -> Path:
+    return launch.script_path(kind)
+
+
+def blame_ranks(verdict: Mapping[str, Any], lay: Layout, timed_out: bool) -> dict[str, str]:
+    """node -> what its ranks did wrong, from a judge_smoke/judge_allreduce verdict. Nobody is blamed
+    when every rank went wrong the same way (the stack or the launcher, not one node)."""
+    why: dict[str, list[str]] = {}
+    silent = "hung (no result before the timeout)" if timed_out else "reported nothing (crashed?)"
+    for rank in verdict.get("missing_ranks") or []:
+        node = lay.node_of(rank)
+        if node:
+            why.setdefault(node, []).append(f"rank {rank} {silent}")
+    for item in verdict.get("failed_ranks") or []:
+        node = lay.node_of(item.get("rank")) if isinstance(item.get("rank"), int) else None
+        if node:
+            why.setdefault(node, []).append(f"rank {item.get('rank')} failed: {str(item.get('error'))[:120]}")
+    for item in verdict.get("weights_odd") or []:
+        node = lay.node_of(item.get("rank")) if isinstance(item.get("rank"), int) else None
+        if node and verdict.get("weights_majority"):
+            why.setdefault(node, []).append(f"rank {item.get('rank')} ended with different weights")
+    for item in verdict.get("loss_not_fallen") or []:
+        node = lay.node_of(item.get("rank")) if isinstance(item.get("rank"), int) else None
+        if node:
+            why.setdefault(node, []).append(f"rank {item.get('rank')}: loss did not fall")
+    if len(why) == len(lay.slots) and len(lay.slots) > 1:
+        return {}
+    return {node: "; ".join(items) for node, items in why.items()}

@@ -1,0 +1,54 @@
+"""Fixtures of the cluster-stage lab tests: one 4-host lab for the session (three simulated DGX H100s and
+one with uncorrected ECC errors), provisioned from the golden image, with this checkout's agent, always
+taken down at the end. Needs root (skipped otherwise)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_lab_helpers import GOLDEN_GLOB, SCENARIOS, LabState, lab, refresh_agent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "lab: integration tests that bring up the lab (root, network namespaces)")
+
+
+def wait_for_other_builds(limit: float = 3600) -> None:
+    """A golden image being built elsewhere holds the machine's one lab: wait for it to end."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        busy = subprocess.run(["pgrep", "-f", "--", "-m lab build"], capture_output=True, text=True).stdout.split()
+        if not [pid for pid in busy if int(pid) != os.getpid()]:
+            return
+        time.sleep(30)
+    raise AssertionError("a `lab build` is still running after an hour")
+
+
+@pytest.fixture(scope="session")
+def lab4() -> Iterator[LabState]:
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces, mounts)")
+    state = LabState()
+    wait_for_other_builds()
+    if Path("/run/gpucheck-lab/state.json").exists():
+        pytest.skip("a lab is already up on this machine (only one can exist): not taking it over")
+    began = time.monotonic()
+    lab("build", timeout=3600)  # reuses the golden image when the playbook tree is unchanged
+    state.timings["golden_s"] = round(time.monotonic() - began, 1)
+    if not glob.glob(GOLDEN_GLOB):
+        pytest.fail("no golden image after `python -m lab build`")
+    try:
+        began = time.monotonic()
+        lab("up", "--hosts", "4", "--scenarios", ",".join(SCENARIOS), timeout=1200)
+        state.timings["lab_up_s"] = round(time.monotonic() - began, 1)
+        state.timings["agent_refresh_s"] = round(refresh_agent(), 1)
+        yield state
+    finally:
+        lab("down", check=False, timeout=600)
+        print("\ncluster lab timings:", state.timings, "\ncluster lab figures:", state.figures)
