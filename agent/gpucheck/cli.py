@@ -38,14 +38,7 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(EXIT_UNKNOWN)
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be greater than 0")
-    return value
+positive_float = cluster_cli.positive_number(float, "a number of seconds")  # one parser for both commands
 
 
 def build_parser() -> Parser:

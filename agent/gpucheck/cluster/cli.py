@@ -34,7 +34,7 @@ STAGE_NAMES = ("consistency", "network", "mpi", "allreduce", "smoke", "straggler
 FRAMEWORK_NAMES = ("tf-horovod", "torch", "tf-ps")
 
 
-def _positive(kind: type, what: str) -> Any:
+def positive_number(kind: type, what: str) -> Any:
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -89,22 +89,22 @@ def add_parser(subparsers: Any) -> None:
     node.add_argument("--profile", metavar="NAME", help="force this profile on every node (default: each node's own)")
     node.add_argument("--full", action="store_true", help="also run the node benchmarks (bw.*): needed to find "
                       "stragglers")
-    node.add_argument("--timeout", type=_positive(float, "a number of seconds"), metavar="SECONDS",
+    node.add_argument("--timeout", type=positive_number(float, "a number of seconds"), metavar="SECONDS",
                       help="the node agent's limit per probe (its --timeout)")
     node.add_argument("--remote-command", default="gpucheck", metavar="CMD",
                       help="the agent's command on the nodes (default: gpucheck)")
     ssh = p.add_argument_group("fan-out")
-    ssh.add_argument("--forks", type=_positive(int, "a whole number"), default=50, metavar="N",
+    ssh.add_argument("--forks", type=positive_number(int, "a whole number"), default=50, metavar="N",
                      help="hosts checked at once (default: 50)")
-    ssh.add_argument("--host-timeout", type=_positive(float, "a number of seconds"), default=300.0,
+    ssh.add_argument("--host-timeout", type=positive_number(float, "a number of seconds"), default=300.0,
                      metavar="SECONDS", help="a host with no report after this is timed out (default: 300)")
-    ssh.add_argument("--connect-timeout", type=_positive(float, "a number of seconds"), default=10.0,
+    ssh.add_argument("--connect-timeout", type=positive_number(float, "a number of seconds"), default=10.0,
                      metavar="SECONDS", help="SSH connect limit per host (default: 10; ConnectTimeout in "
                      "ansible_ssh_common_args wins)")
     cmp = p.add_argument_group("comparison and report")
     cmp.add_argument("--straggler-fraction", type=_fraction, default=0.9, metavar="F",
                      help="a node below F x the fleet median of a measured figure is a straggler (default: 0.9)")
-    cmp.add_argument("--network-sample", type=_positive(int, "a whole number"), metavar="K",
+    cmp.add_argument("--network-sample", type=positive_number(int, "a whole number"), metavar="K",
                      help="network stage: test K rounds of the pair schedule, spread over it (default: all)")
     lab = p.add_argument_group("cluster stages (network, MPI, all-reduce, smoke training)")
     lab.add_argument("--stages", type=_stage_list, default=STAGE_NAMES, metavar="A,B,...",
@@ -114,14 +114,14 @@ def add_parser(subparsers: Any) -> None:
     lab.add_argument("--framework", choices=FRAMEWORK_NAMES, default="tf-horovod",
                      help="smoke training job: Horovod + TensorFlow/Keras (default), PyTorch DDP, or TensorFlow "
                           "parameter-server mode")
-    lab.add_argument("--pair-seconds", type=_positive(float, "a number of seconds"), default=3.0, metavar="S",
+    lab.add_argument("--pair-seconds", type=positive_number(float, "a number of seconds"), default=3.0, metavar="S",
                      help="network stage: seconds each pair streams (default: 3)")
     lab.add_argument("--pair-fraction", type=_fraction, default=0.7, metavar="F",
                      help="network stage: a pair below F x the reference (the median of each node's best pair) "
                           "is slow and re-tested (default: 0.7)")
-    lab.add_argument("--stage-timeout", type=_positive(float, "a number of seconds"), default=600.0,
+    lab.add_argument("--stage-timeout", type=positive_number(float, "a number of seconds"), default=600.0,
                      metavar="SECONDS", help="limit of each mpirun / training job (default: 600)")
-    lab.add_argument("--smoke-steps", type=_positive(int, "a whole number"), default=20, metavar="N",
+    lab.add_argument("--smoke-steps", type=positive_number(int, "a whole number"), default=20, metavar="N",
                      help="smoke job: steps per epoch on every rank, 2 epochs (default: 20)")
     lab.add_argument("--allreduce-size", type=_size, default="64M", metavar="SIZE",
                      help="built-in all-reduce benchmark: bytes per rank (default: 64M; all_reduce_perf uses the "
