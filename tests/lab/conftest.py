@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from labkit import Lab, LabSession, lab_cli
 
 

@@ -10,6 +10,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from labkit import SCENARIOS, Lab, lab_cli, ssh_argv
 
 pytestmark = pytest.mark.lab

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from labkit import REPO, Lab, leftovers, read_inventory
 
 pytestmark = pytest.mark.lab
