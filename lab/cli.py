@@ -114,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="leave the lab up at the end")
     p.add_argument("--playbook", type=Path, default=config.DEFAULT_PLAYBOOK, help="default: site.yml")
     p.add_argument("--fresh", action="store_true", help="rebuild the golden image even if it is up to date")
+    p.add_argument("--stages", help="gpucheck cluster stages to run (default: all; a playbook without MPI and "
+                                    "frameworks needs consistency,stragglers)")
     p.add_argument("--fault", default="ecc-uncorrected", metavar="SCENARIO",
                    help="scenario of the faulty 4th host (default ecc-uncorrected)")
     return parser
@@ -175,7 +177,8 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from lab import demo
 
-        return demo.run(args.playbook.resolve(), keep=args.keep, fault_scenario=args.fault, fresh=args.fresh)
+        return demo.run(args.playbook.resolve(), keep=args.keep, fault_scenario=args.fault, fresh=args.fresh,
+                        stages=args.stages)
     raise LabError("no command given: try `python -m lab --help`")
 
 

@@ -62,10 +62,12 @@ def _node_reports(st: state.LabState, out_dir: Path) -> dict[str, dict]:
         return dict(pool.map(one, st.hosts))
 
 
-def _cluster_validation(out_dir: Path) -> tuple[list[str], set[str]]:
+def _cluster_validation(out_dir: Path, stages: str | None = None) -> tuple[list[str], set[str]]:
     """`gpucheck cluster` on inventory/lab (its own output shown); the faulty hosts are its drain list."""
     report_dir = out_dir / "cluster"
     cmd = [sys.executable, "-m", "gpucheck", "cluster", "-i", str(config.INVENTORY), "--report", str(report_dir)]
+    if stages:
+        cmd += ["--stages", stages]
     proc = subprocess.run(cmd, timeout=3600, stdin=subprocess.DEVNULL)
     try:
         doc = json.loads((report_dir / "report.json").read_text())
@@ -126,7 +128,7 @@ def _summarize(reports: dict[str, dict]) -> tuple[list[str], set[str]]:
 
 
 def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrected", hosts: int = 4,
-        fresh: bool = False) -> int:
+        fresh: bool = False, stages: str | None = None) -> int:
     cluster.require_root()
     if state.load() is not None:
         raise LabError("a lab is already up: run `python -m lab down` first (the demo brings up its own)")
@@ -150,7 +152,7 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
             say(_recap(log))
         with step("stage 4/5: validation"):
             if _has_cluster_command():
-                lines, named = _cluster_validation(out_dir)
+                lines, named = _cluster_validation(out_dir, stages)
             else:
                 lines, named = _summarize(_node_reports(st, out_dir))
         (out_dir / "summary.txt").write_text("\n".join(lines) + "\n")

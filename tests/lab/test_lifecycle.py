@@ -125,7 +125,8 @@ def test_demo_names_the_faulty_host_and_leaves_nothing(no_lab) -> None:
     """The demo end to end, with a stand-in playbook that installs only the gpucheck agent."""
     playbook = REPO / "tests" / "lab" / "agent-demo" / "site.yml"
     # no --fresh: a cached image is fine, stage 3 brings the agent up to date (its wheel changes with the code)
-    out = lab("demo", "--playbook", str(playbook), timeout=1500, check=False)
+    # that playbook installs no MPI or frameworks: only the fan-out and comparison stages apply
+    out = lab("demo", "--playbook", str(playbook), "--stages", "consistency,stragglers", timeout=1500, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert "faulty host: node04" in lines
