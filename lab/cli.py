@@ -108,8 +108,9 @@ def _parser() -> argparse.ArgumentParser:
                        formatter_class=fmt,
                        description="Build (or reuse) the golden image of the playbook, bring up 4 hosts (three"
                                    " healthy simulated DGX H100s and one with --fault), run the playbook against"
-                                   " inventory/lab, validate every host (gpucheck cluster, or gpucheck node over"
-                                   " SSH), print the report's path and the faulty host, and take the lab down."
+                                   " inventory/lab, validate it with this repository's `gpucheck cluster` (every"
+                                   " host's agent, then the cluster-wide stages), print the report's path and"
+                                   " the faulty host, and take the lab down."
                                    " Exit 0 when exactly the faulty host was named.")
     p.add_argument("--keep", action="store_true", help="leave the lab up at the end")
     p.add_argument("--playbook", type=Path, default=config.DEFAULT_PLAYBOOK, help="default: site.yml")

@@ -134,9 +134,11 @@ def test_demo_names_the_faulty_host_and_leaves_nothing(no_lab) -> None:
     assert any("gpu.ecc_errors" in line for line in lines)
     for healthy in ("node01", "node02", "node03"):
         assert f"  {healthy}: pass" in lines  # the agent-demo playbook sets the lab profile
-    report = Path(next(line for line in lines if line.startswith("report: ")).split(": ", 1)[1])
-    assert sorted(p.name for p in report.glob("node*.json")) == [f"node0{i}.json" for i in range(1, 5)]
-    assert json.loads((report / "node04.json").read_text())["exit_code"] == 2
+    report = Path(next(line for line in lines if line.startswith("demo files: ")).split()[2])
+    nodes = report / "cluster" / "nodes"  # gpucheck cluster keeps each host's own report
+    assert sorted(p.name for p in nodes.glob("node*.json")) == [f"node0{i}.json" for i in range(1, 5)]
+    assert json.loads((nodes / "node04.json").read_text())["exit_code"] == 2
+    assert json.loads((report / "cluster" / "report.json").read_text())["drain"][0]["node"] == "node04"
     for stage in ("stage 1/5", "stage 2/5", "stage 3/5", "stage 4/5", "stage 5/5"):
         assert stage in out.stderr
     assert leftovers() == []
