@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from ..workloads.results import REFERENCES
 from . import show
 
 FILES = ("report.json", "junit.xml", "report.md", "report.html", "drain.txt")
@@ -23,9 +24,12 @@ COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "error": "#8
            "pending": "#6e7781"}
 TINTS = {"pass": "#dafbe1", "warn": "#fff8c5", "fail": "#ffebe9", "error": "#fbefff", "skip": "#f6f8fa",
          "pending": "#f6f8fa"}
-# Published scaling figures the smoke job's efficiency is read against (DESIGN.md).
-PUBLISHED_SCALING = [("TensorFlow 0.8", 16, 15 / 16, "15x on 16 GPUs"), ("IBM", 256, 0.95, "95% at 256 GPUs"),
-                     ("Horovod", 512, 0.90, "90% at 512 GPUs")]
+
+
+def _published_scaling() -> str:
+    """The published figures the smoke job's efficiency is read against (sources in workloads/results.py)."""
+    return "; ".join(f"{r['name']}: {r['efficiency']:.0%} at {r['gpus']} GPUs ({r['speedup']:.0f}x)"
+                     for r in REFERENCES)
 
 
 # ---------------------------------------------------------------- files
@@ -185,7 +189,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines += ["", "## Scaling", "", "| job | GPUs | throughput | efficiency |", "|---|---|---|---|"]
         lines += [f"| {s['label']} | {s['gpus']} | {s['throughput']:g} {s.get('unit', '')} | {s['efficiency']:.0%} |"
                   for s in doc["scaling"]]
-        lines += ["", "Published: " + "; ".join(f"{who} {what}" for who, _, _, what in PUBLISHED_SCALING) + "."]
+        lines += ["", f"Published: {_published_scaling()}."]
     return "\n".join(lines) + "\n"
 
 
@@ -402,7 +406,7 @@ def render_html(doc: dict[str, Any]) -> str:
     if doc.get("pairs"):
         body.append("<h2>Pair bandwidth</h2>" + pair_heatmap_svg(doc["pairs"], list(doc.get("nodes", {}))))
     if doc.get("scaling"):
-        refs = "; ".join(f"{who}: {what}" for who, _, _, what in PUBLISHED_SCALING)
+        refs = _published_scaling()
         body.append("<h2>Scaling efficiency</h2>" + scaling_chart_svg(doc["scaling"])
                     + f'<p class="note">Published references: {_e(refs)}.</p>')
     body.append("<h2>Nodes</h2>" + _node_rows(doc))
