@@ -80,9 +80,11 @@ def describe(key: str) -> str:
     return f"golden image {key} (built {when} in {took}, {meta.get('size_mb', '?')} MB)"
 
 
-def run_playbook(playbook: Path, log: Path) -> int:
+def run_playbook(playbook: Path, log: Path, extra_vars: dict | None = None) -> int:
     """ansible-playbook against the lab inventory; output shown as it comes and kept in log."""
     cmd = [ansible_playbook(), "-i", str(config.INVENTORY), str(playbook)]
+    if extra_vars:
+        cmd += ["--extra-vars", json.dumps(extra_vars)]
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
     with open(log, "w") as out, subprocess.Popen(
         cmd, cwd=playbook.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
