@@ -53,7 +53,11 @@ def _cluster_validation(out_dir: Path, stages: str | None = None) -> tuple[list[
     always validates with the code it sits beside.
     """
     report_dir = out_dir / "cluster"
-    cmd = [sys.executable, "-m", "gpucheck", "cluster", "-i", str(config.INVENTORY), "--report", str(report_dir)]
+    # The lab's links are veth pairs on a few shared cores: TCP figures are CPU-bound and one pair can
+    # run 1.6x faster than the rest in the same run (measured), so a slow pair here is below half the
+    # reference, not the default 0.7 that suits real NICs.
+    cmd = [sys.executable, "-m", "gpucheck", "cluster", "-i", str(config.INVENTORY), "--report", str(report_dir),
+           "--pair-fraction", "0.5"]
     if stages:
         cmd += ["--stages", stages]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(AGENT), os.environ.get("PYTHONPATH")])))
