@@ -1,7 +1,8 @@
 """`lab demo`: the whole story on one machine, each stage timed.
 
 1. build (or reuse) the golden image of the playbook;  2. `up` 4 hosts, three healthy simulated
-DGX H100s and one with a fault;  3. run the playbook against inventory/lab (the idempotent path);
+DGX H100s and one with a fault;  3. run the playbook against inventory/lab (hosts start from the
+image, so only what belongs to this cluster changes: its known_hosts, an agent newer than the image);
 4. validate with this repository's `gpucheck cluster` (every host's agent, then the cluster-wide
 stages);  5. print where the report is and which host is faulty;  6. `down` (unless --keep).
 """
@@ -117,7 +118,8 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
         say("stage 5/5: what the validation found:")
         print("\n".join(lines))
         ok = named == {faulty}
-        print(f"demo files: {out_dir} (playbook.log, summary.txt, cluster/ = the gpucheck cluster report)")
+        print(f"demo files: {out_dir} (playbook.log, playbook-validation/, summary.txt,"
+              " cluster/ = the gpucheck cluster report)")
         print(f"faulty host: {', '.join(sorted(named)) or 'none found'}"
               + ("" if ok else f"  (expected {faulty} only: the demo did NOT come out as it should)"))
     finally:
