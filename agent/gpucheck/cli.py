@@ -1,17 +1,17 @@
-"""Command line: `gpucheck node | parse | profiles | checks`. Bad input is one line and exit 3."""
+"""The node-side commands: `gpucheck node | parse | profiles | checks | net`. Bad input is one line and
+exit 3. `gpucheck.main` puts them beside `gpucheck cluster` under one parser."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
-from typing import NoReturn
+from typing import Any
 
-from . import __version__, config, netbench, profiles
-from .cluster import cli as cluster_cli
+from . import config, netbench, profiles
+from .cli_types import Parser, fail, seconds
+from .files import write_atomically
 from .model import EXIT_OK, EXIT_UNKNOWN
 
 EPILOG = """\
@@ -28,27 +28,10 @@ examples:
 """
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_UNKNOWN, f"gpucheck: error: {message} (see --help)\n")
-
-
-def fail(message: str) -> NoReturn:
-    print(f"gpucheck: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_UNKNOWN)
-
-
-positive_float = cluster_cli.positive_number(float, "a number of seconds")  # one parser for both commands
-
-
-def build_parser() -> Parser:
+def add_parsers(sub: Any) -> None:
+    """Register node, parse, profiles, checks and net under the top-level parser's subcommands."""
     from .parsers import PARSERS
     from .report import FORMATS
-
-    parser = Parser(prog="gpucheck", description="Prove that GPU servers are ready for distributed training.",
-                    epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"gpucheck {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     node = sub.add_parser("node", help="check this machine", epilog=EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -63,9 +46,9 @@ def build_parser() -> Parser:
     node.add_argument("--skip", nargs="+", default=[], metavar="ID", help="leave these checks out")
     node.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     node.add_argument("--output", metavar="FILE", help="write the report to FILE (written whole or not at all)")
-    node.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
+    node.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                       help="limit for each probe: NVML, tools, framework imports (default: 60)")
-    node.add_argument("--bench-timeout", type=positive_float, default=600.0, metavar="SECONDS",
+    node.add_argument("--bench-timeout", type=seconds, default=600.0, metavar="SECONDS",
                       help="limit for each benchmark under --full (default: 600)")
     node.add_argument("--config", metavar="FILE", help=f"site configuration (default: {config.DEFAULT_PATH})")
 
@@ -80,7 +63,6 @@ def build_parser() -> Parser:
     prof.add_argument("--no-detect", action="store_true", help="do not ask NVML which profile fits")
 
     sub.add_parser("checks", help="list every check id and what it verifies")
-    cluster_cli.add_parser(sub)
 
     net = sub.add_parser("net", help="TCP bandwidth between two nodes (used by gpucheck cluster)",
                          description="Run `serve` on one node, then `send` on another; the receiver prints "
@@ -88,17 +70,16 @@ def build_parser() -> Parser:
     net_sub = net.add_subparsers(dest="net_command", metavar="ACTION", required=True, parser_class=Parser)
     serve = net_sub.add_parser("serve", help="receive one stream and print its bandwidth")
     serve.add_argument("--port", type=int, default=netbench.DEFAULT_PORT)
-    serve.add_argument("--timeout", type=positive_float, default=30.0, metavar="SECONDS",
+    serve.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
                        help="give up when no sender connects within this time")
     send = net_sub.add_parser("send", help="stream to a node running `gpucheck net serve`")
     send.add_argument("host")
     send.add_argument("--port", type=int, default=netbench.DEFAULT_PORT)
-    send.add_argument("--seconds", type=positive_float, default=3.0)
-    return parser
+    send.add_argument("--seconds", type=seconds, default=3.0)
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from .node.runner import Options, UsageError, run_node
+    from .node.pipeline import Options, UsageError, run_node
     from .report import render
 
     try:
@@ -109,23 +90,17 @@ def cmd_node(args: argparse.Namespace) -> int:
         fail(str(exc))
     text = render(report, args.format)
     if args.output:
-        write_atomically(Path(args.output), text)
+        path = Path(args.output)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, text)
+        except OSError as exc:
+            fail(f"cannot write {path}: {exc.strerror or exc}")
         counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
         print(f"gpucheck node: {counts} — exit {report.exit_code}; report in {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return report.exit_code
-
-
-def write_atomically(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        fail(f"cannot write {path}: {exc.strerror}")
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
@@ -150,7 +125,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     chosen = None
     if not args.no_detect:
         from .node import Context
-        from .node.runner import Gatherer, choose_profile
+        from .node.pipeline import Gatherer, choose_profile
 
         site = config.NodeConfig(profiles_dir=args.profiles_dir)
         try:
@@ -182,27 +157,11 @@ def cmd_net(args: argparse.Namespace) -> int:
 
 
 def cmd_checks(args: argparse.Namespace) -> int:
-    from .node.runner import all_checks
+    from .node.pipeline import all_checks
 
     for check in all_checks():
         print(f"{check.id:<24} {check.summary}{'  [--full]' if check.active else ''}")
     return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return EXIT_UNKNOWN
-    handlers = {"node": cmd_node, "parse": cmd_parse, "profiles": cmd_profiles, "checks": cmd_checks,
-                "cluster": cluster_cli.run, "net": cmd_net}
-    try:
-        return handlers[args.command](args)
-    except KeyboardInterrupt:
-        print("gpucheck: interrupted", file=sys.stderr)
-        return EXIT_UNKNOWN
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+HANDLERS = {"node": cmd_node, "parse": cmd_parse, "profiles": cmd_profiles, "checks": cmd_checks, "net": cmd_net}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,6 +19,15 @@ class Status(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+# Which status is worse, wherever statuses are combined (a GPU's findings, a node and its blame):
+# skip says least, fail most. exit_code() follows the same order.
+SEVERITY = {Status.SKIP: 0, Status.PASS: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+
+
+def worst(statuses: Iterable[Status]) -> Status:
+    return max(statuses, key=SEVERITY.__getitem__, default=Status.PASS)
 
 
 # Monitoring convention (Nagios/Icinga plugins, Slurm health checks).
@@ -77,6 +87,9 @@ class Report:
     profile: str
     results: list[Result]
     facts: dict[str, Any] = field(default_factory=dict)  # versions and inventory: what the cluster compares
+    # the profile as judged (inheritance resolved): the cluster reads the node's thresholds from here,
+    # never from its own copy of checks/ (a site profile may exist only on the node)
+    thresholds: dict[str, Any] = field(default_factory=dict)
     started: str = ""
     duration_s: float = 0.0
     version: str = ""
@@ -101,5 +114,6 @@ class Report:
             "exit_code": self.exit_code,
             "counts": self.counts(),
             "facts": self.facts,
+            "thresholds": self.thresholds,
             "results": [r.to_dict() for r in self.results],
         }

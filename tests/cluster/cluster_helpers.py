@@ -187,7 +187,7 @@ def run_cluster(args: list[str], timeout: float = 120, cwd: Path | None = None,
     environ = dict(env if env is not None else os.environ)
     environ["PYTHONPATH"] = str(ROOT / "agent") + os.pathsep + environ.get("PYTHONPATH", "")
     environ.pop("ANSIBLE_CONFIG", None)
-    from gpucheck.cli import build_parser
+    from gpucheck.main import build_parser
 
     wired = "cluster" in build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     entry = ["-m", "gpucheck", "cluster"] if wired else ["-m", "gpucheck.cluster"]

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from cluster_helpers import node_report
 
-from gpucheck.cluster import stages, verdict
+from gpucheck import files
+from gpucheck.cluster import handoff, stages
 from gpucheck.cluster.context import ClusterContext, ClusterResult, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.model import Status
@@ -49,37 +50,37 @@ def test_exit_code_fail_wins_then_error_then_warn() -> None:
     ctx = context(2)
     reported(ctx, "node01")
     reported(ctx, "node02")
-    assert verdict.overall_exit(ctx) == 0
+    assert handoff.overall_exit(ctx) == 0
     ctx.results.append(ClusterResult("cluster.straggler.bw.x", Status.WARN))
-    assert verdict.overall_exit(ctx) == 1
+    assert handoff.overall_exit(ctx) == 1
     ctx.nodes["node02"] = NodeOutcome("node02", Status.ERROR, "auth", "auth")
-    assert verdict.overall_exit(ctx) == 3
+    assert handoff.overall_exit(ctx) == 3
     ctx.results.append(ClusterResult("cluster.consistency.driver_version", Status.FAIL))
-    assert verdict.overall_exit(ctx) == 2
-    assert verdict.overall_exit(context(2)) == 3, "no node checked yet: could not check"
+    assert handoff.overall_exit(ctx) == 2
+    assert handoff.overall_exit(context(2)) == 3, "no node checked yet: could not check"
 
 
 def test_an_interrupted_or_partial_run_is_never_a_pass() -> None:
     ctx = context(2)
     reported(ctx, "node01")
-    assert verdict.overall_exit(ctx) == 3  # node02 never answered
+    assert handoff.overall_exit(ctx) == 3  # node02 never answered
     reported(ctx, "node02")
-    assert verdict.overall_exit(ctx, interrupted=True) == 3
+    assert handoff.overall_exit(ctx, interrupted=True) == 3
 
 
 def test_fail_safe_only_when_every_node_is_unreachable() -> None:
     ctx = context(2)
     for name in ("node01", "node02"):
         ctx.nodes[name] = NodeOutcome(name, Status.FAIL, "unreachable: refused", "unreachable")
-    verdict.fail_safe(ctx.nodes)
-    assert {o.status for o in ctx.nodes.values()} == {Status.ERROR} and verdict.drain(ctx) == []
+    handoff.fail_safe(ctx.nodes)
+    assert {o.status for o in ctx.nodes.values()} == {Status.ERROR} and handoff.drain(ctx) == []
     ctx = sample_context()
     assert ctx.nodes["node04"].status == Status.FAIL
 
 
 def test_drain_combines_node_failures_and_cluster_blame_with_the_prefix() -> None:
     ctx = sample_context()
-    lines = dict(verdict.drain(ctx))
+    lines = dict(handoff.drain(ctx))
     assert list(lines) == ["node02", "node03", "node04"]  # inventory order
     assert lines["node02"] == "gpucheck: gpu.ecc_errors GPU3 12 uncorrected"
     assert lines["node03"] == "gpucheck: cluster.consistency.driver_version driver 535.161.08 (majority 535.183.01)"
@@ -102,7 +103,7 @@ def test_a_crashing_stage_is_an_error_result_not_a_crash() -> None:
 
 
 def doc() -> dict:
-    return verdict.document(sample_context(), "2026-01-01T00:00:00+00:00", 12.5, ["gpucheck", "cluster"], True)
+    return handoff.document(sample_context(), "2026-01-01T00:00:00+00:00", 12.5, ["gpucheck", "cluster"], True)
 
 
 def test_the_document_holds_everything() -> None:
@@ -155,7 +156,7 @@ def test_html_is_self_contained_with_heat_map_and_scaling_chart() -> None:
 def test_html_without_network_or_scaling_data_has_neither_section() -> None:
     ctx = context(1)
     reported(ctx, "node01")
-    page = report.render_html(verdict.document(ctx, "t", 1.0, [], True))
+    page = report.render_html(handoff.document(ctx, "t", 1.0, [], True))
     assert "pair bandwidth matrix" not in page and "scaling efficiency chart" not in page
 
 
@@ -164,7 +165,7 @@ def test_html_escapes_inventory_names() -> None:
     ctx.inventory.hosts[0] = Host("<script>alert(1)</script>", "127.0.0.1", 22, "root", None, (), True)
     ctx.nodes["<script>alert(1)</script>"] = NodeOutcome("<script>alert(1)</script>", Status.FAIL, "<b>x</b>",
                                                          "unreachable")
-    page = report.render_html(verdict.document(ctx, "t", 1.0, [], True))
+    page = report.render_html(handoff.document(ctx, "t", 1.0, [], True))
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
@@ -175,7 +176,7 @@ def test_writer_writes_atomically_and_per_node(tmp_path: Path, monkeypatch: pyte
     d = doc()
     writer.write(d)
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted([*report.FILES, "nodes"])
-    assert (tmp_path / "r" / "report.json").stat().st_mode & 0o777 == 0o666 & ~report.UMASK
+    assert (tmp_path / "r" / "report.json").stat().st_mode & 0o777 == 0o666 & ~files.UMASK
     # a failure half-way leaves the previous file whole and no temporary file behind
     before = (tmp_path / "r" / "report.md").read_text()
 

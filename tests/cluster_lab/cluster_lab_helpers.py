@@ -18,7 +18,7 @@ from typing import Any
 
 from gpucheck.cluster.context import ClusterContext, NodeOutcome
 from gpucheck.cluster.inventory import Host, Inventory
-from gpucheck.cluster.remote import Remote
+from gpucheck.cluster.ssh import Remote
 from gpucheck.cluster.stagekit import StageOptions
 from gpucheck.model import Status
 

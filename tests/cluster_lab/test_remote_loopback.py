@@ -1,4 +1,4 @@
-"""cluster/remote.py and the network stage over a real sshd on 127.0.0.1 (tests/cluster's LoopbackSshd):
+"""cluster/ssh.py and the network stage over a real sshd on 127.0.0.1 (tests/cluster's LoopbackSshd):
 commands with timeouts that end on the node, background commands waited for and killed, file copies,
 and one real pair measured with `gpucheck net`. Nothing here touches any address but 127.0.0.1."""
 
@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 from cluster_helpers import LoopbackSshd, alive  # noqa: E402
 from cluster_lab_helpers import ROOT, make_ctx  # noqa: E402
 
-from gpucheck.cluster import network, remote  # noqa: E402
+from gpucheck.cluster import network, ssh  # noqa: E402
 from gpucheck.cluster.context import Options  # noqa: E402
 from gpucheck.cluster.inventory import Host  # noqa: E402
 from gpucheck.model import Status  # noqa: E402
@@ -35,14 +35,14 @@ def host(sshd: LoopbackSshd, name: str = "n1", index: int = 0) -> Host:
 
 
 def test_run_quotes_and_returns_output_and_exit(sshd: LoopbackSshd) -> None:
-    done = remote.run(host(sshd), Options(), remote.command(["sh", "-c", "echo \"$1\"; exit 4", "-", "a b; $(x)"]), 20)
+    done = ssh.run(host(sshd), Options(), ssh.command(["sh", "-c", "echo \"$1\"; exit 4", "-", "a b; $(x)"]), 20)
     assert done.stdout == "a b; $(x)\n" and done.exit == 4 and done.error is None and not done.ok
 
 
 def test_run_timeout_ends_the_command_on_the_node(sshd: LoopbackSshd, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     began = time.monotonic()
-    done = remote.run(host(sshd), Options(), f"echo $$ > {pidfile}; exec sleep 300", 2)
+    done = ssh.run(host(sshd), Options(), f"echo $$ > {pidfile}; exec sleep 300", 2)
     assert done.timed_out and "did not finish within 2 s" in done.error
     assert time.monotonic() - began < 15
     time.sleep(0.5)
@@ -51,14 +51,14 @@ def test_run_timeout_ends_the_command_on_the_node(sshd: LoopbackSshd, tmp_path: 
 
 def test_unreachable_host_is_a_result(sshd: LoopbackSshd) -> None:
     gone = Host("gone", "127.0.0.1", 1, "root", str(sshd.client_key), (str(sshd.known_hosts),), True)
-    done = remote.run(gone, Options(), "true", 5)
+    done = ssh.run(gone, Options(), "true", 5)
     assert done.kind == "unreachable" and "gone: unreachable" in done.error
-    assert remote.start(gone, Options(), "true", 5).wait().kind == "unreachable"
+    assert ssh.start(gone, Options(), "true", 5).wait().kind == "unreachable"
 
 
 def test_background_command_waited_for_then_killed_on_the_node(sshd: LoopbackSshd, tmp_path: Path) -> None:
     pidfile = tmp_path / "bg.pid"
-    bg = remote.start(host(sshd), Options(), f"sh -c 'echo $$ > {pidfile}; echo ready; exec sleep 300'", 60)
+    bg = ssh.start(host(sshd), Options(), f"sh -c 'echo $$ > {pidfile}; echo ready; exec sleep 300'", 60)
     assert bg.wait_for("ready", 10)
     began = time.monotonic()
     bg.kill()
@@ -69,9 +69,9 @@ def test_background_command_waited_for_then_killed_on_the_node(sshd: LoopbackSsh
 
 
 def test_background_command_ends_by_itself_and_overruns_are_killed(sshd: LoopbackSshd) -> None:
-    done = remote.start(host(sshd), Options(), "echo out; echo err >&2; exit 3", 30).wait()
+    done = ssh.start(host(sshd), Options(), "echo out; echo err >&2; exit 3", 30).wait()
     assert (done.stdout, done.stderr.strip(), done.exit, done.error) == ("out\n", "err", 3, None)
-    slow = remote.start(host(sshd), Options(), "sleep 300", 2).wait()
+    slow = ssh.start(host(sshd), Options(), "sleep 300", 2).wait()
     assert slow.timed_out
 
 
@@ -79,7 +79,7 @@ def test_put_copies_a_file_into_a_new_directory(sshd: LoopbackSshd, tmp_path: Pa
     source = tmp_path / "job.py"
     source.write_text("print('hello')\n")
     target = tmp_path / "remote" / "dir"
-    done = remote.put(host(sshd), Options(), source, str(target), 20)
+    done = ssh.put(host(sshd), Options(), source, str(target), 20)
     assert done.ok, done.error
     assert (target / "job.py").read_text() == "print('hello')\n"
 

@@ -107,7 +107,7 @@ def test_a_pair_that_cannot_be_measured_is_an_error_never_a_slow_link() -> None:
             return False
 
         def finish(self, node: str, cmd: str, killed: bool):
-            from gpucheck.cluster.remote import Remote
+            from gpucheck.cluster.ssh import Remote
             return Remote(node, cmd, "", "gpucheck: error: net serve: Address already in use", 3)
 
     fake = NoServer({h.name: h.address for h in ctx.inventory.hosts})
@@ -303,7 +303,7 @@ def test_stack_python_comes_from_the_facts_when_the_node_reports_it() -> None:
 # ---------------------------------------------------------------- options
 
 def test_stage_options_parse_and_bad_ones_are_usage_errors(tmp_path) -> None:
-    from gpucheck.cli import build_parser
+    from gpucheck.main import build_parser
     from support import run_gpucheck
 
     args = build_parser().parse_args(["cluster", "--stages", "network,mpi,network", "--skip-stages", "mpi",

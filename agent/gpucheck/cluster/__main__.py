@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..cli import Parser
+from ..cli_types import Parser
 from ..model import EXIT_UNKNOWN
 from .cli import add_parser, run
 

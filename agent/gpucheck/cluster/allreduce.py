@@ -14,9 +14,9 @@ import time
 from ..model import Result, Status
 from ..parsers import ParseError, parse
 from ..workloads import results as wl
-from . import workrun
+from . import jobs
 from .context import ClusterContext, ClusterResult
-from .remote import Runner
+from .ssh import Runner
 from .stagekit import FRAMEWORKS, StageOptions, left_out_text, participants, profile_value, runner, settings
 
 CHECK = "cluster.allreduce"
@@ -58,10 +58,10 @@ def allreduce_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Resu
 def _nccl_tests(ctx: ClusterContext, run: Runner, nodes: list[str], binary: str, minimum: float | None,
                 timeout: float) -> ClusterResult:
     size = int(profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_size_B") or DEFAULT_SIZE_B)
-    gpus = min(workrun.ranks_per_node(ctx, n, True) for n in nodes)
-    lay = workrun.Layout([(n, 1) for n in nodes])
+    gpus = min(jobs.ranks_per_node(ctx, n, True) for n in nodes)
+    lay = jobs.Layout([(n, 1) for n in nodes])
     program = [binary, "-b", str(size), "-e", str(size), "-g", str(gpus), "-n", "20", "-w", "5", "-c", "1"]
-    done = workrun.mpirun(ctx, run, lay, program, {}, timeout)
+    done = jobs.mpirun(ctx, run, lay, program, {}, timeout)
     expected = f">= {minimum:g} GB/s" if minimum else None
     where = f"{len(nodes)} nodes x {gpus} GPUs, {_human(size)}"
     try:
@@ -95,21 +95,21 @@ def _nccl_tests(ctx: ClusterContext, run: Runner, nodes: list[str], binary: str,
 def _builtin(ctx: ClusterContext, run: Runner, nodes: list[str], minimum: float | None,
              s: StageOptions) -> ClusterResult:
     stack = FRAMEWORKS["tf-horovod"][0]
-    python, unusable = workrun.pythons(ctx, nodes, stack)
+    python, unusable = jobs.pythons(ctx, nodes, stack)
     if python is None or unusable:
         why = "; ".join(f"{n}: {w}" for n, w in unusable.items())
         return ClusterResult(CHECK, Status.ERROR, reason=f"no all_reduce_perf on {nodes[0]} and the built-in benchmark "
                              f"cannot run: {why or 'no ' + stack + ' stack'}",
                              remediation="install nccl-tests (build with MPI=1) or the tf-horovod stack (site.yml)")
-    gpus = workrun.on_gpus(ctx, nodes)
-    lay = workrun.layout(ctx, nodes, gpus)
-    path, failed = workrun.distribute(ctx, run, nodes, workrun.script("allreduce"))
+    gpus = jobs.on_gpus(ctx, nodes)
+    lay = jobs.layout(ctx, nodes, gpus)
+    path, failed = jobs.distribute(ctx, run, nodes, jobs.script("allreduce"))
     if failed:
         return ClusterResult(CHECK, Status.ERROR, reason="cannot copy the benchmark to " + "; ".join(
             r.describe() for r in failed.values()))
     timeout, size = s.stage_timeout, s.allreduce_size
     program = [python, path, "--framework", "horovod", "--size", size, "--timeout-s", f"{max(30.0, timeout - 15):g}"]
-    done = workrun.mpirun(ctx, run, lay, program, workrun.rank_env(gpus), timeout)
+    done = jobs.mpirun(ctx, run, lay, program, jobs.rank_env(gpus), timeout)
     rows = wl.parse_results(done.stdout)
     judged_min = minimum if gpus else None
     verdict = wl.judge_allreduce(rows, lay.ranks, judged_min)
@@ -123,7 +123,7 @@ def _builtin(ctx: ClusterContext, run: Runner, nodes: list[str], minimum: float 
         bad_rows = [r for r in rows if isinstance(r.get("rank"), int) and (r.get("wrong") or not r.get("ok"))]
         ranks = {**verdict, "failed_ranks": [{"rank": r["rank"], "error": r.get("error") or f"{r.get('wrong')} wrong "
                                               "element(s)"} for r in bad_rows]}
-        blamed = workrun.blame_ranks(ranks, lay, done.timed_out)
+        blamed = jobs.blame_ranks(ranks, lay, done.timed_out)
         reasons = "; ".join(verdict["reasons"]) or done.describe()
         status = Status.FAIL if verdict["reasons"] else Status.ERROR
         return ClusterResult(CHECK, status, measured, expected, f"all-reduce across {where}: {reasons}", REMEDIATION,

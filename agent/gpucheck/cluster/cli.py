@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ..cli_types import fraction, seconds, size, whole_number
 from ..model import EXIT_UNKNOWN
 
 EPILOG = """\
@@ -34,28 +34,6 @@ STAGE_NAMES = ("consistency", "network", "mpi", "allreduce", "smoke", "straggler
 FRAMEWORK_NAMES = ("tf-horovod", "torch", "tf-ps")
 
 
-def positive_number(kind: type, what: str) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not {what}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError("must be greater than 0")
-        return value
-    return parse
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError("must be in (0, 1]")
-    return value
-
-
 def _stage_list(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     unknown = [n for n in names if n not in STAGE_NAMES]
@@ -63,12 +41,6 @@ def _stage_list(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"unknown stage(s) {', '.join(unknown) or repr(text)} "
                                          f"(stages: {','.join(STAGE_NAMES)})")
     return names
-
-
-def _size(text: str) -> str:
-    if not re.fullmatch(r"[1-9][0-9]*[KMG]?", text):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size like 64M, 1G or 1048576")
-    return text
 
 
 def add_parser(subparsers: Any) -> None:
@@ -89,22 +61,22 @@ def add_parser(subparsers: Any) -> None:
     node.add_argument("--profile", metavar="NAME", help="force this profile on every node (default: each node's own)")
     node.add_argument("--full", action="store_true", help="also run the node benchmarks (bw.*): needed to find "
                       "stragglers")
-    node.add_argument("--timeout", type=positive_number(float, "a number of seconds"), metavar="SECONDS",
+    node.add_argument("--timeout", type=seconds, metavar="SECONDS",
                       help="the node agent's limit per probe (its --timeout)")
     node.add_argument("--remote-command", default="gpucheck", metavar="CMD",
                       help="the agent's command on the nodes (default: gpucheck)")
     ssh = p.add_argument_group("fan-out")
-    ssh.add_argument("--forks", type=positive_number(int, "a whole number"), default=50, metavar="N",
+    ssh.add_argument("--forks", type=whole_number, default=50, metavar="N",
                      help="hosts checked at once (default: 50)")
-    ssh.add_argument("--host-timeout", type=positive_number(float, "a number of seconds"), default=300.0,
+    ssh.add_argument("--host-timeout", type=seconds, default=300.0,
                      metavar="SECONDS", help="a host with no report after this is timed out (default: 300)")
-    ssh.add_argument("--connect-timeout", type=positive_number(float, "a number of seconds"), default=10.0,
+    ssh.add_argument("--connect-timeout", type=seconds, default=10.0,
                      metavar="SECONDS", help="SSH connect limit per host (default: 10; ConnectTimeout in "
                      "ansible_ssh_common_args wins)")
     cmp = p.add_argument_group("comparison and report")
-    cmp.add_argument("--straggler-fraction", type=_fraction, default=0.9, metavar="F",
+    cmp.add_argument("--straggler-fraction", type=fraction, default=0.9, metavar="F",
                      help="a node below F x the fleet median of a measured figure is a straggler (default: 0.9)")
-    cmp.add_argument("--network-sample", type=positive_number(int, "a whole number"), metavar="K",
+    cmp.add_argument("--network-sample", type=whole_number, metavar="K",
                      help="network stage: test K rounds of the pair schedule, spread over it (default: all)")
     lab = p.add_argument_group("cluster stages (network, MPI, all-reduce, smoke training)")
     lab.add_argument("--stages", type=_stage_list, default=STAGE_NAMES, metavar="A,B,...",
@@ -114,19 +86,19 @@ def add_parser(subparsers: Any) -> None:
     lab.add_argument("--framework", choices=FRAMEWORK_NAMES, default="tf-horovod",
                      help="smoke training job: Horovod + TensorFlow/Keras (default), PyTorch DDP, or TensorFlow "
                           "parameter-server mode")
-    lab.add_argument("--pair-seconds", type=positive_number(float, "a number of seconds"), default=3.0, metavar="S",
+    lab.add_argument("--pair-seconds", type=seconds, default=3.0, metavar="S",
                      help="network stage: seconds each pair streams (default: 3)")
-    lab.add_argument("--pair-fraction", type=_fraction, default=0.7, metavar="F",
+    lab.add_argument("--pair-fraction", type=fraction, default=0.7, metavar="F",
                      help="network stage: a pair below F x the reference (the median of each node's best pair) "
                           "is slow and re-tested (default: 0.7)")
-    lab.add_argument("--stage-timeout", type=positive_number(float, "a number of seconds"), default=600.0,
+    lab.add_argument("--stage-timeout", type=seconds, default=600.0,
                      metavar="SECONDS", help="limit of each mpirun / training job (default: 600)")
-    lab.add_argument("--smoke-steps", type=positive_number(int, "a whole number"), default=20, metavar="N",
+    lab.add_argument("--smoke-steps", type=whole_number, default=20, metavar="N",
                      help="smoke job: steps per epoch on every rank, 2 epochs (default: 20)")
-    lab.add_argument("--allreduce-size", type=_size, default="64M", metavar="SIZE",
+    lab.add_argument("--allreduce-size", type=size, default="64M", metavar="SIZE",
                      help="built-in all-reduce benchmark: bytes per rank (default: 64M; all_reduce_perf uses the "
                           "profile's nccl_allreduce_size_B)")
-    lab.add_argument("--scaling-efficiency-min", type=_fraction, metavar="F",
+    lab.add_argument("--scaling-efficiency-min", type=fraction, metavar="F",
                      help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
                           "published figures, not judged)")
     cmp.add_argument("--report", type=Path, metavar="DIR",
@@ -140,7 +112,7 @@ def fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..report import cluster as report
-    from . import fanout, progress, stages, verdict
+    from . import fanout, handoff, progress, stages
     from .context import ClusterContext
     from .inventory import InventoryError, load
     from .stagekit import StageOptions
@@ -174,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     argv = ["gpucheck", *sys.argv[1:]]
 
     def save(complete: bool = False, interrupted: bool = False) -> dict[str, Any]:
-        doc = verdict.document(ctx, started, time.monotonic() - began, argv, complete, interrupted)
+        doc = handoff.document(ctx, started, time.monotonic() - began, argv, complete, interrupted)
         writer.write(doc)
         return doc
 
@@ -191,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
             fan_began = time.monotonic()
             fanout.fan_out(inventory.hosts, options, done)
             ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
-        verdict.fail_safe(ctx.nodes)
+        handoff.fail_safe(ctx.nodes)
         save()
         for name, stage in stages.STAGES:
             if name not in selected:

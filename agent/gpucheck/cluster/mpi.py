@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..model import Result, Status
 from .context import ClusterContext, ClusterResult
-from .remote import Remote, Runner, command
+from .ssh import Remote, Runner, command
 from .stagekit import address, hostname, left_out_text, participants, runner, settings
 
 CHECK = "cluster.mpi"

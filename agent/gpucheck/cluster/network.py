@@ -32,7 +32,7 @@ from ..netbench import DEFAULT_PORT
 from ..parsers import ParseError, parse
 from . import schedule
 from .context import ClusterContext, ClusterResult
-from .remote import Runner, command
+from .ssh import Runner, command
 from .stagekit import address, agent_argv, left_out_text, node_profile, participants, runner, settings
 
 CHECK = "cluster.network"

@@ -25,9 +25,9 @@ from typing import Any
 from ..model import Result, Status
 from ..workloads import launch
 from ..workloads import results as wl
-from . import workrun
+from . import jobs
 from .context import ClusterContext, ClusterResult
-from .remote import Remote, Runner, command
+from .ssh import Remote, Runner, command
 from .stagekit import FRAMEWORKS, StageOptions, address, left_out_text, node_profile, participants, runner, settings
 
 SCALING = "cluster.scaling"
@@ -43,7 +43,7 @@ REMEDIATION = ("re-run the job by hand from the launcher (the command is in the 
 class Run:
     label: str
     ranks: int
-    lay: workrun.Layout
+    lay: jobs.Layout
     done: Remote | None = None
     verdict: dict[str, Any] = field(default_factory=dict)
     throughput: float | None = None
@@ -90,16 +90,16 @@ def smoke_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
                                           "--framework")]
     left_out.update(lacking)
     nodes = [n for n in nodes if n not in lacking]
-    python, unusable = workrun.pythons(ctx, nodes, stack)
+    python, unusable = jobs.pythons(ctx, nodes, stack)
     if python is None or unusable:
         return [ClusterResult(check, Status.ERROR, reason="cannot find one python for the job: " + "; ".join(
             f"{n}: {w}" for n, w in unusable.items()))]
     run = run or runner(ctx)
-    path, failed = workrun.distribute(ctx, run, nodes, launch.script_path(kind))
+    path, failed = jobs.distribute(ctx, run, nodes, launch.script_path(kind))
     if failed:
         return [ClusterResult(check, Status.ERROR, reason="cannot copy the job to the nodes: " + "; ".join(
             r.describe() for r in failed.values()))]
-    gpus = workrun.on_gpus(ctx, nodes)
+    gpus = jobs.on_gpus(ctx, nodes)
     runs = plan_runs(ctx, nodes, gpus)
     job = {"tf-horovod": _horovod, "torch": _torch, "tf-ps": _ps}[framework]
     for r in runs:
@@ -113,11 +113,11 @@ def smoke_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
 
 def plan_runs(ctx: ClusterContext, nodes: list[str], gpus: bool) -> list[Run]:
     launcher = nodes[0]
-    runs = [Run("1 rank", 1, workrun.Layout([(launcher, 1)]))]
-    per_node = workrun.ranks_per_node(ctx, launcher, gpus)
+    runs = [Run("1 rank", 1, jobs.Layout([(launcher, 1)]))]
+    per_node = jobs.ranks_per_node(ctx, launcher, gpus)
     if per_node > 1:
-        runs.append(Run("1 node", per_node, workrun.Layout([(launcher, per_node)])))
-    everything = workrun.layout(ctx, nodes, gpus)
+        runs.append(Run("1 node", per_node, jobs.Layout([(launcher, per_node)])))
+    everything = jobs.layout(ctx, nodes, gpus)
     if everything.ranks > runs[-1].ranks:
         runs.append(Run(f"{len(nodes)} nodes", everything.ranks, everything))
     return runs
@@ -129,7 +129,7 @@ def _timeout_s(s: StageOptions) -> float:
 
 def _horovod(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
     program = [python, path, "--epochs", "2", "--steps", str(s.smoke_steps), "--timeout-s", f"{_timeout_s(s):g}"]
-    r.done = workrun.mpirun(ctx, run, r.lay, program, workrun.rank_env(gpus), s.stage_timeout)
+    r.done = jobs.mpirun(ctx, run, r.lay, program, jobs.rank_env(gpus), s.stage_timeout)
     _judge(r, wl.parse_results(r.done.stdout), "smoke_horovod_keras")
 
 
@@ -137,7 +137,7 @@ def _judge(r: Run, rows: list[dict[str, Any]], workload: str) -> None:
     r.verdict = wl.judge_smoke(rows, r.ranks, workload)
     r.throughput = r.verdict.get("samples_per_s_total")
     if not r.passed:
-        r.blamed = workrun.blame_ranks(r.verdict, r.lay, bool(r.done and r.done.timed_out))
+        r.blamed = jobs.blame_ranks(r.verdict, r.lay, bool(r.done and r.done.timed_out))
 
 
 def _start_all(run: Runner, starts: list[tuple[str, str]], timeout: float) -> list[Remote]:
@@ -165,7 +165,7 @@ def _torch(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path:
     for i, (node, k) in enumerate(r.lay.slots):
         argv = launch.torchrun_command(path, args, nnodes=len(r.lay.slots), node_rank=i, nproc_per_node=k,
                                        master_addr=master, master_port=TORCH_PORT, torchrun=torchrun)
-        starts.append((node, command(argv, env=workrun.rank_env(gpus))))
+        starts.append((node, command(argv, env=jobs.rank_env(gpus))))
     parts = _start_all(run, starts, s.stage_timeout)
     r.done = _combined(parts)
     _judge(r, wl.parse_results(r.done.stdout), "smoke_torch_ddp")
@@ -178,7 +178,7 @@ def _ps(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: st
     tasks = launch.plan_ps_cluster(hosts, PS_PORT, num_ps=1, workers_per_host=workers)
     steps = max(20, 3 * s.smoke_steps)
     args = ["--steps", str(steps), "--timeout-s", f"{_timeout_s(s):g}", "--chief-wait-s", f"{_timeout_s(s):g}"]
-    starts = [(by_address[t.host], command([python, path, *args], env=t.env(workrun.rank_env(gpus)))) for t in tasks]
+    starts = [(by_address[t.host], command([python, path, *args], env=t.env(jobs.rank_env(gpus)))) for t in tasks]
     parts = _start_all(run, starts, s.stage_timeout)
     r.done = _combined(parts)
     expected = {"chief": 1, "worker": sum(1 for t in tasks if t.role == "worker"),

@@ -13,7 +13,7 @@ from typing import Any
 from .. import profiles
 from ..model import Status
 from .context import ClusterContext, ClusterResult, Options
-from .remote import Runner
+from .ssh import Runner
 
 ALL_STAGES = ("consistency", "network", "mpi", "allreduce", "smoke", "stragglers")
 FRAMEWORKS = {  # --framework -> (stack whose python runs it, workload key in workloads/launch.py)

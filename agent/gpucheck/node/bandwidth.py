@@ -6,10 +6,10 @@ from typing import Any
 
 from ..model import Result, Status
 from ..parsers import ParseError, parse
+from ..process import run
 from ..profiles import Profile
-from ..run import run
 from . import Check, Context
-from .verdict import live_gpus
+from .per_gpu import live_gpus
 
 # "Avg bus bandwidth" averages the whole size sweep; one large size gives the pass/fail figure.
 DEFAULT_SIZE_B = 8 * 1024**3

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Stack
-from ..model import Result, Status, truncate
+from ..model import Result, Status, truncate, worst
 from ..parsers import ParseError, parse
+from ..process import run, which
 from ..profiles import Profile
-from ..run import run, which
+from ..versions import version_tuple
 from . import Check, Context
 from .libraries import CONFIG_HINT, nccl_version
-from .verdict import live_gpus, version_tuple, worst
+from .per_gpu import live_gpus
 
 PROBE = Path(__file__).resolve().parent.parent / "workloads" / "probe_frameworks.py"
 MARK = "GPUCHECK_PROBE "

@@ -7,8 +7,9 @@ from typing import Any
 
 from ..model import Result, Status
 from ..profiles import Profile
+from ..versions import version_tuple
 from . import Check
-from .verdict import live_gpus, per_gpu, version_tuple
+from .per_gpu import live_gpus, per_gpu
 
 
 def count(f: dict[str, Any], p: Profile) -> Result:

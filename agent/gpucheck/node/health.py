@@ -7,7 +7,7 @@ from typing import Any
 from ..model import Result, Status
 from ..profiles import Profile
 from . import Check
-from .verdict import Finding, per_gpu
+from .per_gpu import Finding, per_gpu
 
 RESET_HINT = "drain the node and reset the GPU (nvidia-smi -r -i N) or reboot"
 RMA_HINT = "drain the node and open an RMA for the GPU"

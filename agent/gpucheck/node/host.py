@@ -13,7 +13,7 @@ import psutil
 from ..model import Result, Status
 from ..profiles import Profile
 from . import Check, CollectError, Context
-from .verdict import live_gpus
+from .per_gpu import live_gpus
 
 GiB = 1024**3
 READ_TEST_BYTES = 256 * 1024 * 1024

@@ -10,8 +10,8 @@ import psutil
 
 from ..model import Result, Status
 from ..parsers import ParseError, parse
+from ..process import finish, run, start
 from ..profiles import Profile
-from ..run import finish, run, start
 from . import Check, CollectError, Context
 
 IB = "InfiniBand"

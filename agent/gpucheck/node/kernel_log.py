@@ -6,8 +6,8 @@ from typing import Any
 
 from ..model import Result, Status
 from ..parsers import ParseError, parse
+from ..process import run
 from ..profiles import Profile
-from ..run import run
 from . import Check, CollectError, Context
 
 

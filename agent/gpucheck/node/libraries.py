@@ -21,8 +21,8 @@ from typing import Any
 
 from ..config import Stack
 from ..model import Result, Status, truncate
+from ..process import run, which
 from ..profiles import Profile
-from ..run import run, which
 from . import Check, CollectError, Context
 
 CONFIG_HINT = ("no framework stacks configured: list each framework virtualenv under `stacks:` in "

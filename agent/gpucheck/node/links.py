@@ -10,7 +10,7 @@ import psutil
 from ..model import Result, Status
 from ..profiles import Profile
 from . import Check, Context
-from .verdict import Finding, live_gpus, per_gpu
+from .per_gpu import Finding, live_gpus, per_gpu
 
 
 def pcie(f: dict[str, Any], p: Profile) -> Result:

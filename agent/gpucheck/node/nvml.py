@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ..run import CallTimeout, call_with_timeout
+from ..process import CallTimeout, call_with_timeout
 from . import CollectError, Context
 
 # Clock event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*).

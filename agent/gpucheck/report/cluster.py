@@ -8,13 +8,12 @@ import datetime as dt
 import html
 import json
 import math
-import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from ..files import write_atomically
 from ..workloads.results import REFERENCES
 from . import show
 
@@ -37,28 +36,6 @@ def _published_scaling() -> str:
 def default_dir(now: dt.datetime | None = None) -> Path:
     now = now or dt.datetime.now(dt.timezone.utc)
     return Path(f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}")
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-UMASK = _umask()  # read once at import, in the main thread (os.umask is process-wide)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of one. Raises OSError."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600; a report is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def safe_name(host: str) -> str:

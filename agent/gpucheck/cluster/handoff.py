@@ -7,7 +7,7 @@ import datetime as dt
 from typing import Any
 
 from .. import __version__
-from ..model import EXIT_UNKNOWN, Result, Status, exit_code
+from ..model import EXIT_UNKNOWN, Result, Status, exit_code, worst
 from .context import ClusterContext, ClusterResult, NodeOutcome
 
 DRAIN_PREFIX = "gpucheck:"  # an NHC-style resume undrains only the drains that carry its own prefix
@@ -65,9 +65,6 @@ def overall_exit(ctx: ClusterContext, interrupted: bool = False) -> int:
     return code if statuses else EXIT_UNKNOWN
 
 
-RANK = {Status.SKIP: 0, Status.PASS: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
-
-
 def blamed(ctx: ClusterContext) -> dict[str, list[tuple[Status, str]]]:
     """node -> (status, "check why") of each failed or warning cluster result that names it."""
     found: dict[str, list[tuple[Status, str]]] = {}
@@ -83,9 +80,8 @@ def node_entry(outcome: NodeOutcome, blame: list[tuple[Status, str]]) -> dict[st
     (a node whose own checks pass but whose driver differs from the fleet's is not a passing node)."""
     entry = outcome.to_dict()
     if blame:
-        worst = max([outcome.status, *(s for s, _ in blame)], key=RANK.__getitem__)
         entry["node_status"] = outcome.status.value  # what the node's own checks said
-        entry["status"] = worst.value
+        entry["status"] = worst([outcome.status, *(s for s, _ in blame)]).value
         own = [outcome.reason] if outcome.status != Status.PASS else []
         entry["reason"] = "; ".join(own + [why for _, why in blame])
     return entry

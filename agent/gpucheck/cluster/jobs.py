@@ -13,7 +13,7 @@ from typing import Any
 from ..workloads import launch
 from .context import ClusterContext
 from .mpi import mpirun_argv
-from .remote import Remote, Runner, command
+from .ssh import Remote, Runner, command
 from .stagekit import REMOTE_DIR, address, node_profile, stack_python
 
 # What every rank gets: quiet frameworks, one OpenMP thread per rank (CPU ranks share the cores).

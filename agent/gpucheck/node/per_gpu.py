@@ -5,14 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..model import Result, Status
+from ..model import Result, Status, worst
 
-SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
 Finding = tuple[Status, str] | None
-
-
-def worst(statuses: list[Status]) -> Status:
-    return max(statuses, key=SEVERITY.__getitem__, default=Status.PASS)
 
 
 def gpu_label(gpu: dict[str, Any]) -> str:
@@ -45,14 +40,3 @@ def per_gpu(
     status = worst([f[0] for _, f in bad])
     reason = "; ".join(f"{gpu_label(gpu)}: {f[1]}" for gpu, f in bad)
     return Result(check, status, measured, expected, reason, remediation if status != Status.PASS else "")
-
-
-def version_tuple(text: str | float | None) -> tuple[int, ...]:
-    """'535.129.03' -> (535, 129, 3); tolerant of suffixes like '12.2.140' or '8.9.7-1'."""
-    parts = []
-    for piece in str(text or "").replace("-", ".").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)

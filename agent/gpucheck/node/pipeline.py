@@ -166,5 +166,5 @@ def run_node(options: Options, config: NodeConfig) -> Report:
     ctx.profile = profile
     results = [evaluate(check, gather, profile) for check in checks]
     return Report(host=socket.gethostname(), profile=profile.name, results=results,
-                  facts=summary_facts(ctx, profile, gather), started=started,
+                  facts=summary_facts(ctx, profile, gather), thresholds=profile.data, started=started,
                   duration_s=time.monotonic() - began, version=__version__)
