@@ -1,4 +1,4 @@
-"""Helpers of the cluster stage tests: a context built from node reports, a fake Runner that answers
+"""Helpers of the cluster stage tests: a context built from node reports, a fake RemoteHosts that answers
 the stages' commands from a model of the cluster (link speeds, broken MPI, rank results), and, for
 the lab tests, running `gpucheck cluster` against inventory/lab with the current agent."""
 
@@ -62,7 +62,7 @@ class FakeBackground:
 
 @dataclass
 class FakeRunner:
-    """The cluster as the stages see it through a Runner.
+    """The cluster as the stages see it through a RemoteHosts.
 
     link: node -> Gb/s of its link (a pair gets the slower of its two; `path` overrides a pair);
     flaky: pairs slow on their first measurement only; mpi_broken: nodes where no MPI rank starts;
@@ -94,7 +94,7 @@ class FakeRunner:
         self.measured.append(key)
         return value
 
-    # -- Runner interface
+    # -- RemoteHosts interface
     def run(self, node: str, cmd: str, timeout: float) -> Remote:
         self.commands.append((node, cmd))
         argv = shlex.split(cmd)

@@ -1,4 +1,4 @@
-"""The lab stages (network, mpi, allreduce, smoke) on a fake Runner: what they run, how they judge,
+"""The lab stages (network, mpi, allreduce, smoke) on a fake RemoteHosts: what they run, how they judge,
 whom they blame. No SSH, no lab: the commands are answered from a model of the cluster."""
 
 from __future__ import annotations

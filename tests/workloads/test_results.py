@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from gpucheck.references import REFERENCES
 from gpucheck.workloads.results import (
     MARK,
-    REFERENCES,
     judge_allreduce,
     judge_ps,
     judge_smoke,

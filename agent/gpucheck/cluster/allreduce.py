@@ -16,7 +16,7 @@ from ..parsers import ParseError, parse
 from ..workloads import results as wl
 from . import jobs
 from .context import ClusterContext, ClusterResult
-from .ssh import Runner
+from .ssh import RemoteHosts
 from .stagekit import FRAMEWORKS, StageOptions, left_out_text, participants, profile_value, runner, settings
 
 CHECK = "cluster.allreduce"
@@ -32,7 +32,7 @@ def _human(size: int) -> str:
     return str(size)
 
 
-def allreduce_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
+def allreduce_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
     s = settings(ctx)
     began = time.monotonic()
     nodes, left_out = participants(ctx)
@@ -55,7 +55,7 @@ def allreduce_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Resu
     return [result]
 
 
-def _nccl_tests(ctx: ClusterContext, run: Runner, nodes: list[str], binary: str, minimum: float | None,
+def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary: str, minimum: float | None,
                 timeout: float) -> ClusterResult:
     size = int(profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_size_B") or DEFAULT_SIZE_B)
     gpus = min(jobs.ranks_per_node(ctx, n, True) for n in nodes)
@@ -92,7 +92,7 @@ def _nccl_tests(ctx: ClusterContext, run: Runner, nodes: list[str], binary: str,
                          evidence=done.evidence())
 
 
-def _builtin(ctx: ClusterContext, run: Runner, nodes: list[str], minimum: float | None,
+def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: float | None,
              s: StageOptions) -> ClusterResult:
     stack = FRAMEWORKS["tf-horovod"][0]
     python, unusable = jobs.pythons(ctx, nodes, stack)

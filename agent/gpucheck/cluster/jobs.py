@@ -13,7 +13,7 @@ from typing import Any
 from ..workloads import launch
 from .context import ClusterContext
 from .mpi import mpirun_argv
-from .ssh import Remote, Runner, command
+from .ssh import Remote, RemoteHosts, command
 from .stagekit import REMOTE_DIR, address, node_profile, stack_python
 
 # What every rank gets: quiet frameworks, one OpenMP thread per rank (CPU ranks share the cores).
@@ -75,7 +75,7 @@ def pythons(ctx: ClusterContext, nodes: Sequence[str], stack: str) -> tuple[str 
     return (next(iter(paths)) if paths else None), missing
 
 
-def distribute(ctx: ClusterContext, run: Runner, nodes: Sequence[str], script: Path,
+def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
                timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
     """Copy `script` to REMOTE_DIR on every node, in parallel. (remote path, node -> failed copy)."""
     def one(node: str) -> tuple[str, Remote]:
@@ -87,7 +87,7 @@ def distribute(ctx: ClusterContext, run: Runner, nodes: Sequence[str], script: P
     return f"{REMOTE_DIR}/{script.name}", failed
 
 
-def mpirun(ctx: ClusterContext, run: Runner, lay: Layout, program: Sequence[str], env: Mapping[str, str],
+def mpirun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str], env: Mapping[str, str],
            timeout: float) -> Remote:
     """mpirun from the first node of the layout, every rank with `env` (exported with -x)."""
     launcher = lay.slots[0][0]

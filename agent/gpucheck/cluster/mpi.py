@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..model import Result, Status
 from .context import ClusterContext, ClusterResult
-from .ssh import Remote, Runner, command
+from .ssh import Remote, RemoteHosts, command
 from .stagekit import address, hostname, left_out_text, participants, runner, settings
 
 CHECK = "cluster.mpi"
@@ -45,7 +45,8 @@ def ranks_of(stdout: str) -> dict[int, str]:
     return out
 
 
-def hello(run: Runner, launcher: str, targets: list[tuple[str, str]], timeout: float) -> tuple[Remote, dict[int, str]]:
+def hello(run: RemoteHosts, launcher: str, targets: list[tuple[str, str]],
+          timeout: float) -> tuple[Remote, dict[int, str]]:
     """targets: (node, address) in rank order. Returns the run and rank -> hostname."""
     done = run.run(launcher, command(mpirun_argv([(a, 1) for _, a in targets], ["hostname"])), timeout)
     return done, ranks_of(done.stdout)
@@ -65,7 +66,7 @@ def judge(ctx: ClusterContext, targets: list[tuple[str, str]], ranks: dict[int, 
     return wrong
 
 
-def mpi_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
+def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
     s = settings(ctx)
     began = time.monotonic()
     nodes, left_out = participants(ctx)
@@ -108,7 +109,7 @@ def mpi_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
                           nodes=nodes_blamed)]
 
 
-def locate(ctx: ClusterContext, run: Runner, launcher: str, targets: list[tuple[str, str]],
+def locate(ctx: ClusterContext, run: RemoteHosts, launcher: str, targets: list[tuple[str, str]],
            timeout: float) -> dict[str, str]:
     """The job across all nodes failed: try each node with the launcher alone (2 ranks), in parallel."""
     where = dict(targets)

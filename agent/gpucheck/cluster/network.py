@@ -32,7 +32,7 @@ from ..netbench import DEFAULT_PORT
 from ..parsers import ParseError, parse
 from . import schedule
 from .context import ClusterContext, ClusterResult
-from .ssh import Runner, command
+from .ssh import RemoteHosts, command
 from .stagekit import address, agent_argv, left_out_text, node_profile, participants, runner, settings
 
 CHECK = "cluster.network"
@@ -97,7 +97,7 @@ def _last_json(text: str, key: str) -> dict[str, Any] | None:
     return None
 
 
-def measure_tcp(ctx: ClusterContext, run: Runner, a: str, b: str, seconds: float,
+def measure_tcp(ctx: ClusterContext, run: RemoteHosts, a: str, b: str, seconds: float,
                 port: int = DEFAULT_PORT) -> Measured:
     """a streams to b for `seconds` with the agent's built-in test; b's figure counts what arrived."""
     began = time.monotonic()
@@ -130,7 +130,7 @@ def measure_tcp(ctx: ClusterContext, run: Runner, a: str, b: str, seconds: float
     return found
 
 
-def measure_ib(ctx: ClusterContext, run: Runner, a: str, b: str, seconds: float) -> Measured:
+def measure_ib(ctx: ClusterContext, run: RemoteHosts, a: str, b: str, seconds: float) -> Measured:
     """perftest ib_write_bw, a (client) -> b (server), in duration mode, figures in Gb/s."""
     began = time.monotonic()
     found = Measured(a, b, "ib_write_bw")
@@ -164,7 +164,7 @@ def measure_ib(ctx: ClusterContext, run: Runner, a: str, b: str, seconds: float)
     return found
 
 
-def measure_round(ctx: ClusterContext, run: Runner, pairs: Iterable[schedule.Pair], plan: Plan,
+def measure_round(ctx: ClusterContext, run: RemoteHosts, pairs: Iterable[schedule.Pair], plan: Plan,
                   seconds: float) -> list[Measured]:
     """Disjoint pairs, all at once (bounded by --forks)."""
     pairs = list(pairs)
@@ -207,7 +207,7 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def network_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
+def network_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
     s = settings(ctx)
     began = time.monotonic()
     nodes, left_out = participants(ctx)

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import Result, Status
+from ..references import REFERENCES
 from ..workloads import launch
 from ..workloads import results as wl
 from . import jobs
 from .context import ClusterContext, ClusterResult
-from .ssh import Remote, Runner, command
+from .ssh import Remote, RemoteHosts, command
 from .stagekit import FRAMEWORKS, StageOptions, address, left_out_text, node_profile, participants, runner, settings
 
 SCALING = "cluster.scaling"
@@ -67,7 +68,7 @@ def _required(ctx: ClusterContext, nodes: list[str], frameworks: tuple[str, ...]
     return False
 
 
-def smoke_stage(ctx: ClusterContext, run: Runner | None = None) -> list[Result]:
+def smoke_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
     s = settings(ctx)
     began = time.monotonic()
     framework = s.framework
@@ -127,7 +128,8 @@ def _timeout_s(s: StageOptions) -> float:
     return max(30.0, s.stage_timeout - 15)
 
 
-def _horovod(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+def _horovod(ctx: ClusterContext, run: RemoteHosts, s: StageOptions, python: str, path: str, gpus: bool,
+             r: Run) -> None:
     program = [python, path, "--epochs", "2", "--steps", str(s.smoke_steps), "--timeout-s", f"{_timeout_s(s):g}"]
     r.done = jobs.mpirun(ctx, run, r.lay, program, jobs.rank_env(gpus), s.stage_timeout)
     _judge(r, wl.parse_results(r.done.stdout), "smoke_horovod_keras")
@@ -140,7 +142,7 @@ def _judge(r: Run, rows: list[dict[str, Any]], workload: str) -> None:
         r.blamed = jobs.blame_ranks(r.verdict, r.lay, bool(r.done and r.done.timed_out))
 
 
-def _start_all(run: Runner, starts: list[tuple[str, str]], timeout: float) -> list[Remote]:
+def _start_all(run: RemoteHosts, starts: list[tuple[str, str]], timeout: float) -> list[Remote]:
     """Start one command per (node, command) at once and wait for every one."""
     started = [run.start(node, cmd, timeout) for node, cmd in starts]
     with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="gpucheck-task") as pool:
@@ -157,7 +159,7 @@ def _combined(parts: list[Remote]) -> Remote:
     return out
 
 
-def _torch(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+def _torch(ctx: ClusterContext, run: RemoteHosts, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
     torchrun = python.rsplit("/", 1)[0] + "/torchrun"
     master = address(ctx, r.lay.slots[0][0], data=False)
     args = ["--epochs", "2", "--steps", str(s.smoke_steps), "--timeout-s", f"{_timeout_s(s):g}"]
@@ -171,7 +173,7 @@ def _torch(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path:
     _judge(r, wl.parse_results(r.done.stdout), "smoke_torch_ddp")
 
 
-def _ps(ctx: ClusterContext, run: Runner, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+def _ps(ctx: ClusterContext, run: RemoteHosts, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
     by_address = {address(ctx, n, data=False): n for n, _ in r.lay.slots}
     hosts = list(by_address)
     workers = r.lay.slots[0][1]  # workers per host: one per GPU (one on CPU nodes); the 1-rank run: 1
@@ -250,13 +252,13 @@ def _tp(value: float | None) -> str:
 
 def _reference_text() -> str:
     return "; ".join(f"{ref['name'].split(',')[0]}: {ref['efficiency']:.0%} at {ref['gpus']} GPUs"
-                     for ref in wl.REFERENCES)
+                     for ref in REFERENCES)
 
 
 def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, s: StageOptions) -> ClusterResult:
     single = runs[0]
     label = framework + ("" if gpus else " (CPU ranks)")
-    refs = [{k: ref[k] for k in ("name", "gpus", "speedup", "efficiency", "source")} for ref in wl.REFERENCES]
+    refs = [{k: ref[k] for k in ("name", "gpus", "speedup", "efficiency", "source")} for ref in REFERENCES]
     if not single.passed or not single.throughput:
         return ClusterResult(SCALING, Status.ERROR, {"references": refs}, None,
                              f"no scaling figure: the 1-rank {framework} run "

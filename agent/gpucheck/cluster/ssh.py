@@ -354,7 +354,7 @@ def start(host: Host, options: Options, cmd: str, timeout: float) -> Background:
         return bg
 
 
-class Runner:
+class RemoteHosts:
     """The stages' way to reach the nodes by name; tests replace it with a fake of the same shape."""
 
     def __init__(self, hosts: Sequence[Host], options: Options):

@@ -13,7 +13,7 @@ from typing import Any
 from .. import profiles
 from ..model import Status
 from .context import ClusterContext, ClusterResult, Options
-from .ssh import Runner
+from .ssh import RemoteHosts
 
 ALL_STAGES = ("consistency", "network", "mpi", "allreduce", "smoke", "stragglers")
 FRAMEWORKS = {  # --framework -> (stack whose python runs it, workload key in workloads/launch.py)
@@ -44,8 +44,8 @@ def settings(ctx: ClusterContext) -> StageOptions:
     return StageOptions(**{k: v for k, v in vars(ctx.options).items() if k in known})
 
 
-def runner(ctx: ClusterContext) -> Runner:
-    return Runner(ctx.inventory.hosts, ctx.options)
+def runner(ctx: ClusterContext) -> RemoteHosts:
+    return RemoteHosts(ctx.inventory.hosts, ctx.options)
 
 
 def blamed_so_far(ctx: ClusterContext) -> dict[str, str]:

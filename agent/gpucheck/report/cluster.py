@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import write_atomically
-from ..workloads.results import REFERENCES
+from ..references import REFERENCES
 from . import show
 
 FILES = ("report.json", "junit.xml", "report.md", "report.html", "drain.txt")
@@ -26,7 +26,7 @@ TINTS = {"pass": "#dafbe1", "warn": "#fff8c5", "fail": "#ffebe9", "error": "#fbe
 
 
 def _published_scaling() -> str:
-    """The published figures the smoke job's efficiency is read against (sources in workloads/results.py)."""
+    """The published figures the smoke job's efficiency is read against (sources in references.py)."""
     return "; ".join(f"{r['name']}: {r['efficiency']:.0%} at {r['gpus']} GPUs ({r['speedup']:.0f}x)"
                      for r in REFERENCES)
 
