@@ -106,7 +106,7 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
             # The 4th host is faulty on purpose: site.yml's own validation reports it without failing
             # the play, so that gpucheck cluster then judges the whole cluster.
             code = golden.run_playbook(playbook, log, {"gpucheck_validate_fail": False,
-                                                       "validate_results_dir": str(checked)})
+                                                       "gpucheck_validate_results_dir": str(checked)})
             if code != 0:
                 raise LabError(f"the playbook failed on the lab (exit {code}); log {log}", code=EXIT_FAIL)
             say(_recap(log))

@@ -1,4 +1,6 @@
-"""Shared fixtures: the repo on sys.path and fake tools on PATH. Helpers live in support.py."""
+"""Shared fixtures: the repo on sys.path and fake tools on PATH. Helpers live in support.py.
+
+Under CI (the CI variable true) a run that collected lab tests must run them all: see LabEvidence."""
 
 from __future__ import annotations
 
@@ -37,3 +39,45 @@ def fake_bin(tmp_path: Path):
             return f"{self.dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
     return FakeBin()
+
+
+class LabEvidence:
+    """The lab tests are the end-to-end evidence, so under CI a run that collected any test marked `lab` and then
+    skipped (xfail included) or deselected one of them fails at the end, whatever else passed, and says which
+    and why. A run that collected none (`pytest tests/node`) is not concerned."""
+
+    def __init__(self) -> None:
+        self.lab: set[str] = set()
+        self.not_run: dict[str, str] = {}
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        if item.get_closest_marker("lab"):
+            self.lab.add(item.nodeid)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            if item.get_closest_marker("lab"):
+                self.not_run[item.nodeid] = "deselected"
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped and report.nodeid in self.lab:
+            why = report.longrepr[2] if isinstance(report.longrepr, tuple) else f"xfail {report.wasxfail}"
+            self.not_run.setdefault(report.nodeid, f"skipped: {why.removeprefix('Skipped: ')}")
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.not_run and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.not_run:
+            terminalreporter.write_sep("=", f"CI: {len(self.not_run)} lab test(s) did not run: the run fails",
+                                       red=True, bold=True)
+            for nodeid, why in self.not_run.items():
+                terminalreporter.write_line(f"{nodeid}: {why}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from labkit import ci
+
+    if ci():
+        config.pluginmanager.register(LabEvidence(), "gpucheck-lab-evidence")

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +56,25 @@ def read_inventory() -> dict[str, str]:
     doc = yaml.safe_load(INVENTORY.read_text())
     hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
     return {name: v["ansible_host"] for name, v in hosts.items()}
+
+
+def ci() -> bool:
+    """A CI run: the CI variable set to a true value ("true", "1", "yes"; unset, "", "0", "false", "no", "off": not)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def lab_unavailable(reason: str) -> NoReturn:
+    """The lab cannot run here: a skip on a developer's machine, a failure under CI, which must produce the
+    end-to-end evidence (CI runs as root on a machine with no other lab)."""
+    if ci():
+        pytest.fail(f"the lab tests cannot run, and under CI (CI={os.environ.get('CI')}) they must: {reason}",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        lab_unavailable("the lab needs root (network namespaces, mounts)")
 
 
 def lab_is_up() -> bool:

@@ -15,7 +15,9 @@ from pathlib import Path
 import yaml
 
 DEFAULT_PATH = Path("/etc/gpucheck/node.yaml")
-KNOWN_FRAMEWORKS = ("tensorflow", "horovod", "torch")
+# The frameworks a stack can hold, as node.yaml, the node's facts and `gpucheck cluster` name them.
+TENSORFLOW, HOROVOD, TORCH = "tensorflow", "horovod", "torch"
+KNOWN_FRAMEWORKS = (TENSORFLOW, HOROVOD, TORCH)
 
 
 class ConfigError(Exception):

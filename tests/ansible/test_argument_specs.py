@@ -13,6 +13,7 @@ ROLES = [
     "fabric_manager",
     "infiniband",
     "openmpi",
+    "cluster_ssh",
     "frameworks",
     "gpucheck_agent",
     "gpucheck_validate",

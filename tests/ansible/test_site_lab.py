@@ -8,12 +8,11 @@ nothing, and the result is checked on the hosts, not taken from the run's word.
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
 
-from labkit import Lab, lab_cli, read_inventory
+from labkit import Lab, lab_cli, read_inventory, require_root
 
 pytestmark = pytest.mark.lab
 RECAP_RE = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -25,8 +24,7 @@ def recap(output: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def lab2():
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
+    require_root()
     lab_cli("down", check=False)
     lab_cli("build", timeout=3600)  # a real site.yml run on a fresh host, unless cached
     try:
@@ -73,8 +71,7 @@ def test_result_on_the_hosts(lab2):
 
 
 def test_check_mode_on_a_fresh_host(ansible_repo):
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
+    require_root()
     lab_cli("down", check=False)
     try:
         lab_cli("up", "--hosts", "1", "--no-golden", timeout=600)

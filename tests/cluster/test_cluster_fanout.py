@@ -21,7 +21,7 @@ from cluster_helpers import (
     write_inventory,
 )
 
-from gpucheck.cluster import fanout
+from gpucheck.cluster import fanout, ssh
 from gpucheck.cluster.context import Options
 from gpucheck.cluster.inventory import load
 from gpucheck.model import Status
@@ -273,7 +273,7 @@ def test_connect_errors_are_classified() -> None:
          "SSH handshake with n1.example:22 failed: Error reading SSH protocol banner"),
     ]
     for exc, status, kind, reason in cases:
-        assert fanout._connect_error(host, exc, 10) == (status, kind, reason)
+        assert ssh.classify_connect_error(host, exc, 10) == (status, kind, reason)
 
 
 def test_interpret_tolerates_a_banner_before_the_report() -> None:

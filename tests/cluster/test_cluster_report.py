@@ -16,7 +16,12 @@ from gpucheck.cluster import handoff, stages
 from gpucheck.cluster.context import ClusterContext, ClusterResult, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.model import Status
-from gpucheck.report import cluster as report
+from gpucheck.report import writer
+from gpucheck.report.cluster_drain import render_drain
+from gpucheck.report.cluster_html import render_html
+from gpucheck.report.cluster_junit import render_junit
+from gpucheck.report.cluster_markdown import render_markdown
+from gpucheck.report.cluster_summary import render_summary
 
 
 def context(n: int = 4) -> ClusterContext:
@@ -119,7 +124,7 @@ def test_the_document_holds_everything() -> None:
 
 def test_junit_one_case_per_node_check_and_cluster_check() -> None:
     d = doc()
-    root = ET.fromstring(report.render_junit(d))
+    root = ET.fromstring(render_junit(d))
     node_cases = sum(len(n["report"]["results"]) for n in d["nodes"].values() if n.get("report")) + 1  # + node04
     assert int(root.get("tests")) == node_cases + len(d["cluster"])
     node04 = root.find("testsuite[@name='gpucheck.node.node04']")
@@ -133,15 +138,15 @@ def test_junit_one_case_per_node_check_and_cluster_check() -> None:
 
 def test_drain_txt_and_markdown() -> None:
     d = doc()
-    assert report.render_drain(d).splitlines()[0] == "node02 gpucheck: gpu.ecc_errors GPU3 12 uncorrected"
-    md = report.render_markdown(d)
+    assert render_drain(d).splitlines()[0] == "node02 gpucheck: gpu.ecc_errors GPU3 12 uncorrected"
+    md = render_markdown(d)
     assert md.startswith("# gpucheck cluster — FAIL (exit 2)")
     assert "| FAIL | `cluster.consistency.driver_version` | node03: driver 535.161.08, 2 others: 535.183.01 |" in md
     assert "## Pair bandwidth" in md and "| horovod-tf | 8 | 720 img/s | 90% |" in md
 
 
 def test_html_is_self_contained_with_heat_map_and_scaling_chart() -> None:
-    page = report.render_html(doc())
+    page = render_html(doc())
     assert page.startswith("<!DOCTYPE html>")
     # no external asset of any kind: scripts, styles, images, fonts
     assert not re.search(r"""(src|href)\s*=|<link|<script|@import|url\(""", page)
@@ -156,7 +161,7 @@ def test_html_is_self_contained_with_heat_map_and_scaling_chart() -> None:
 def test_html_without_network_or_scaling_data_has_neither_section() -> None:
     ctx = context(1)
     reported(ctx, "node01")
-    page = report.render_html(handoff.document(ctx, "t", 1.0, [], True))
+    page = render_html(handoff.document(ctx, "t", 1.0, [], True))
     assert "pair bandwidth matrix" not in page and "scaling efficiency chart" not in page
 
 
@@ -165,17 +170,17 @@ def test_html_escapes_inventory_names() -> None:
     ctx.inventory.hosts[0] = Host("<script>alert(1)</script>", "127.0.0.1", 22, "root", None, (), True)
     ctx.nodes["<script>alert(1)</script>"] = NodeOutcome("<script>alert(1)</script>", Status.FAIL, "<b>x</b>",
                                                          "unreachable")
-    page = report.render_html(handoff.document(ctx, "t", 1.0, [], True))
+    page = render_html(handoff.document(ctx, "t", 1.0, [], True))
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
 def test_writer_writes_atomically_and_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    writer = report.ReportWriter(tmp_path / "r")
-    writer.node("node/../01", {"host": "x"})
+    out = writer.ReportWriter(tmp_path / "r")
+    out.node("node/../01", {"host": "x"})
     assert (tmp_path / "r" / "nodes" / "node_.._01.json").exists()
     d = doc()
-    writer.write(d)
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted([*report.FILES, "nodes"])
+    out.write(d)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted([*writer.FILES, "nodes"])
     assert (tmp_path / "r" / "report.json").stat().st_mode & 0o777 == 0o666 & ~files.UMASK
     # a failure half-way leaves the previous file whole and no temporary file behind
     before = (tmp_path / "r" / "report.md").read_text()
@@ -183,15 +188,15 @@ def test_writer_writes_atomically_and_per_node(tmp_path: Path, monkeypatch: pyte
     def explode(doc):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(report, "render_markdown", explode)
+    monkeypatch.setitem(writer.RENDERERS, "report.md", explode)
     with pytest.raises(OSError):
-        writer.write(d)
+        out.write(d)
     assert (tmp_path / "r" / "report.md").read_text() == before
     assert not list((tmp_path / "r").glob(".*"))
 
 
 def test_terminal_summary_names_odd_nodes_drain_and_report_path() -> None:
-    text = report.render_summary(doc(), Path("out"))
+    text = render_summary(doc(), Path("out"))
     assert "gpucheck cluster: 4 node(s): 1 pass, 3 fail" in text
     assert "  FAIL    node04: unreachable: 127.0.0.1:2204: connection refused" in text
     assert "cluster.consistency.driver_version: node03: driver 535.161.08, 2 others: 535.183.01" in text
@@ -203,4 +208,4 @@ def test_default_report_dir_is_a_utc_timestamp() -> None:
     import datetime as dt
 
     when = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc)
-    assert str(report.default_dir(when)) == "gpucheck-report-20260304T050607Z"
+    assert str(writer.default_dir(when)) == "gpucheck-report-20260304T050607Z"

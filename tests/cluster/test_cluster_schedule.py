@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from gpucheck.cluster.schedule import blame, pair, round_robin, sample, suspects
+from gpucheck.cluster.schedule import blame, disjoint_rounds, pair, round_robin, sample, suspects
 
 
 def names(n: int) -> list[str]:
@@ -112,3 +112,11 @@ def test_two_nodes_have_no_known_good_partner() -> None:
     assert plan.untestable == ["node01", "node02"] and plan.rounds == []
     verdict = blame(plan, {}, threshold=80.0)
     assert verdict.bad == {} and set(verdict.inconclusive) == {"node01", "node02"}
+
+
+def test_disjoint_rounds_keep_the_order_and_never_put_a_node_in_two_pairs_at_once() -> None:
+    pairs = [("a", "b"), ("a", "c"), ("d", "e"), ("b", "c"), ("a", "d")]
+    rounds = disjoint_rounds(pairs)
+    assert rounds == [[("a", "b"), ("d", "e")], [("a", "c")], [("b", "c"), ("a", "d")]]
+    assert all(len({n for p in r for n in p}) == 2 * len(r) for r in rounds)
+    assert disjoint_rounds([]) == []

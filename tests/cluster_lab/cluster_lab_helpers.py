@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucheck.cluster.context import ClusterContext, NodeOutcome
+from gpucheck import profiles
+from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.cluster.ssh import Remote
-from gpucheck.cluster.stagekit import StageOptions
 from gpucheck.model import Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,14 +31,17 @@ def address_of(index: int) -> str:
 
 def make_ctx(names: list[str], profile: str = "lab", gpus: int = 8, frameworks: dict[str, Any] | None = None,
              failed: tuple[str, ...] = (), hostnames: dict[str, str] | None = None, **options: Any) -> ClusterContext:
-    """A context as the fan-out leaves it: every node reported (those in `failed` with a failure)."""
+    """A context as the fan-out leaves it: every node reported (those in `failed` with a failure), each
+    report carrying the thresholds of `profile` (checks/) as a current agent's does."""
     hosts = [Host(n, address_of(i), 22, "root", None, (), True) for i, n in enumerate(names)]
     stacks = frameworks if frameworks is not None else {"tf-horovod": {"tensorflow": "2.15.1", "horovod": "0.28.1"}}
-    ctx = ClusterContext(StageOptions(**options), Inventory(["test"], "all", None, hosts))
+    ctx = ClusterContext(Options(**options), Inventory(["test"], "all", None, hosts))
+    thresholds = profiles.load(profile).data
     for n in names:
         status = Status.FAIL if n in failed else Status.PASS
         report = {"host": (hostnames or {}).get(n, n), "profile": profile, "exit_code": 2 if n in failed else 0,
-                  "results": [], "facts": {"profile": profile, "gpu_count": gpus, "frameworks": stacks}}
+                  "results": [], "facts": {"profile": profile, "gpu_count": gpus, "frameworks": stacks},
+                  "thresholds": json.loads(json.dumps(thresholds))}
         ctx.nodes[n] = NodeOutcome(n, status, "", "report", report=report)
     return ctx
 
@@ -143,11 +146,9 @@ class FakeRunner:
         raise AssertionError(f"unexpected background command on {node}: {cmd}")
 
     def mpirun(self, node: str, argv: list[str], cmd: str) -> Remote:
-        hosts = argv[argv.index("--host") + 1].split(",")
+        options, program = mpirun_words(argv)
+        hosts = options["-H"].split(",")
         slots = [(self.node_at(h.split(":")[0]), int(h.split(":")[1])) for h in hosts]
-        program = argv[argv.index("--bind-to") + 2:]
-        while program and program[0] in ("--mca", "-x"):
-            program = program[3:] if program[0] == "--mca" else program[2:]
         size = sum(k for _, k in slots)
         if any(n in self.mpi_broken for n, _ in slots):
             bad = next(n for n, _ in slots if n in self.mpi_broken)
@@ -171,6 +172,24 @@ class FakeRunner:
 
     def task(self, node: str, cmd: str) -> Remote:
         raise AssertionError("no torch/tf-ps job expected in this test")
+
+
+MPIRUN_VALUES = {"-np": 1, "-H": 1, "--host": 1, "--bind-to": 1, "--map-by": 1, "-x": 1, "--mca": 2}
+
+
+def mpirun_words(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(option -> its last value, the program and its arguments) of an `mpirun ...` argv; flags
+    (--allow-run-as-root, --tag-output, ...) map to ''. An unknown option is the test's failure."""
+    options: dict[str, str] = {}
+    i = argv.index("mpirun") + 1
+    while i < len(argv) and argv[i].startswith("-"):
+        word = argv[i]
+        count = MPIRUN_VALUES.get(word, 0)
+        if count == 0 and word not in ("--allow-run-as-root", "--oversubscribe", "--tag-output"):
+            raise AssertionError(f"mpirun option the fake does not know: {word}")
+        options[word] = " ".join(argv[i + 1:i + 1 + count])
+        i += 1 + count
+    return options, argv[i:]
 
 
 def good_rank(host: str, rank: int, size: int, script: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Fixtures of the cluster-stage lab tests: one 4-host lab for the session (three simulated DGX H100s and
 one with uncorrected ECC errors), provisioned from the golden image, with this checkout's agent, always
-taken down at the end. Needs root (skipped otherwise)."""
+taken down at the end. Needs root and no other lab on the machine: skipped otherwise, failed under CI
+(labkit.lab_unavailable)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from cluster_lab_helpers import GOLDEN_GLOB, SCENARIOS, LabState, lab, refresh_agent
+
+from labkit import lab_unavailable, require_root
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,12 +35,11 @@ def wait_for_other_builds(limit: float = 3600) -> None:
 
 @pytest.fixture(scope="session")
 def lab4() -> Iterator[LabState]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root (network namespaces, mounts)")
+    require_root()
     state = LabState()
     wait_for_other_builds()
     if Path("/run/gpucheck-lab/state.json").exists():
-        pytest.skip("a lab is already up on this machine (only one can exist): not taking it over")
+        lab_unavailable("a lab is already up on this machine (only one can exist): not taking it over")
     began = time.monotonic()
     lab("build", timeout=3600)  # reuses the golden image when the playbook tree is unchanged
     state.timings["golden_s"] = round(time.monotonic() - began, 1)

@@ -1,6 +1,7 @@
 """cluster/ssh.py and the network stage over a real sshd on 127.0.0.1 (tests/cluster's LoopbackSshd):
 commands with timeouts that end on the node, background commands waited for and killed, file copies,
-and one real pair measured with `gpucheck net`. Nothing here touches any address but 127.0.0.1."""
+and one real pair measured with `gpucheck net`; ssh_background.Background also on a fake channel.
+Nothing here touches any address but 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 from cluster_helpers import LoopbackSshd, alive  # noqa: E402
 from cluster_lab_helpers import ROOT, make_ctx  # noqa: E402
 
-from gpucheck.cluster import network, ssh  # noqa: E402
+from gpucheck.cluster import network, ssh, ssh_background  # noqa: E402
 from gpucheck.cluster.context import Options  # noqa: E402
 from gpucheck.cluster.inventory import Host  # noqa: E402
 from gpucheck.model import Status  # noqa: E402
@@ -54,6 +55,40 @@ def test_unreachable_host_is_a_result(sshd: LoopbackSshd) -> None:
     done = ssh.run(gone, Options(), "true", 5)
     assert done.kind == "unreachable" and "gone: unreachable" in done.error
     assert ssh.start(gone, Options(), "true", 5).wait().kind == "unreachable"
+
+
+def test_a_command_that_never_started_answers_as_one_that_ended() -> None:
+    why = ssh.Remote("n1", "serve", error="n1: cannot start the command: SSHException: boom", kind="ssh")
+    bg = ssh_background.Background.not_started(why)
+    assert not bg.wait_for("ready", 0.1) and bg.pid() is None and bg.text() == ""
+    bg.kill()
+    assert bg.wait() is why and bg.wait(1) is why and not bg.killed
+
+
+def test_kill_waits_for_the_pid_line_that_stderr_brings_after_stdout() -> None:
+    class Channel:  # stdout's "ready" is read at once; stderr's pid line only 0.5 s later
+        def __init__(self) -> None:
+            self.out, self.err = [b"ready\n"], [b"gpucheck-remote-pid 4321\n"]
+
+        def recv(self, _: int) -> bytes:
+            return self.out.pop() if self.out else b""
+
+        def recv_stderr(self, _: int) -> bytes:
+            time.sleep(0.5)
+            return self.err.pop() if self.err else b""
+
+    class Conn:
+        def __init__(self) -> None:
+            self.ran: list[str] = []
+
+        def run(self, cmd: str, **_: object) -> None:
+            self.ran.append(cmd)
+
+    conn = Conn()
+    bg = ssh_background.Background(ssh.Remote("n1", "serve"), 60, time.monotonic(), 8, conn, Channel())
+    assert bg.wait_for("ready", 5)
+    bg.kill()
+    assert conn.ran and conn.ran[0].startswith("kill -TERM -- -4321")
 
 
 def test_background_command_waited_for_then_killed_on_the_node(sshd: LoopbackSshd, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import shlex
 import pytest
 from cluster_lab_helpers import FakeRunner, good_rank, make_ctx, runner_for
 
-from gpucheck.cluster import allreduce, mpi, network, smoke, stagekit
+from gpucheck.cluster import allreduce, mpi, network, nodes, smoke
 from gpucheck.cluster.context import ClusterResult
 from gpucheck.model import Status
 from gpucheck.report import cluster as report
@@ -136,7 +136,7 @@ def test_mpi_every_rank_on_its_own_host_passes() -> None:
     argv = shlex.split(cmd)
     assert node == "node01" and argv[0] == "mpirun"
     assert {"--allow-run-as-root", "--oversubscribe", "--tag-output"} <= set(argv)
-    assert argv[argv.index("--host") + 1] == "10.0.0.11:1,10.0.0.12:1,10.0.0.13:1,10.0.0.14:1"
+    assert argv[argv.index("-H") + 1] == "10.0.0.11:1,10.0.0.12:1,10.0.0.13:1,10.0.0.14:1"
 
 
 def test_mpi_names_the_node_it_cannot_start_on() -> None:
@@ -185,7 +185,7 @@ def test_allreduce_builtin_on_cpu_nodes_reports_busbw_not_judged() -> None:
     assert {n for n, _ in fake.copies} == set(NODES4[:3])
     mpirun = next(shlex.split(c) for _, c in fake.commands if "mpirun" in c)
     assert "/opt/stacks/tf-horovod/bin/python" in mpirun and "/var/tmp/gpucheck/allreduce_bench.py" in mpirun
-    assert mpirun[mpirun.index("--host") + 1] == "10.0.0.11:1,10.0.0.12:1,10.0.0.13:1"
+    assert mpirun[mpirun.index("-H") + 1] == "10.0.0.11:1,10.0.0.12:1,10.0.0.13:1"
 
 
 def test_allreduce_with_nccl_tests_judges_busbw_against_the_profile() -> None:
@@ -242,7 +242,7 @@ def test_smoke_on_gpu_nodes_runs_one_rank_one_node_and_all_nodes() -> None:
     results = smoke.smoke_stage(ctx, fake)
     runs = [shlex.split(c) for _, c in fake.commands if "mpirun" in c]
     assert [r[r.index("-np") + 1] for r in runs] == ["1", "8", "16"]
-    assert runs[2][runs[2].index("--host") + 1] == "10.0.0.11:8,10.0.0.12:8"
+    assert runs[2][runs[2].index("-H") + 1] == "10.0.0.11:8,10.0.0.12:8"
     assert [p["gpus"] for p in ctx.scaling] == [1, 8, 16]
     assert results[0].status == Status.PASS
 
@@ -294,10 +294,66 @@ def test_missing_required_stack_is_an_error() -> None:
 def test_stack_python_comes_from_the_facts_when_the_node_reports_it() -> None:
     ctx = make_ctx(NODES4[:1])
     ctx.nodes["node01"].report["facts"]["stacks"] = {"tf-horovod": {"python": "/srv/tf/bin/python"}}
-    assert stagekit.stack_python(ctx, "node01", "tf-horovod") == "/srv/tf/bin/python"
+    assert nodes.stack_python(ctx, "node01", "tf-horovod") == "/srv/tf/bin/python"
     ctx = make_ctx(NODES4[:1])
-    assert stagekit.stack_python(ctx, "node01", "tf-horovod") == "/opt/stacks/tf-horovod/bin/python"
-    assert stagekit.stack_python(ctx, "node01", "torch") is None
+    assert nodes.stack_python(ctx, "node01", "tf-horovod") == "/opt/stacks/tf-horovod/bin/python"
+    assert nodes.stack_python(ctx, "node01", "torch") is None
+
+
+# ---------------------------------------------------------------- thresholds: each node's own report
+
+def rename_profile(ctx, name: str) -> None:
+    """The nodes were judged against a site profile `name` that exists on them only (not in checks/ here)."""
+    for outcome in ctx.nodes.values():
+        outcome.report["profile"] = outcome.report["facts"]["profile"] = name
+        outcome.report["thresholds"]["name"] = name
+
+
+def test_a_profile_only_the_node_has_still_gives_its_thresholds() -> None:
+    from gpucheck import profiles
+
+    assert "site-h100-rack7" not in profiles.available()
+    ctx = make_ctx(NODES4, profile="dgx-h100")
+    rename_profile(ctx, "site-h100-rack7")
+    fake = runner_for(ctx, link={n: (300.0 if n == "node02" else 392.0) for n in NODES4})
+    result = only(network.network_stage(ctx, fake))
+    assert nodes.thresholds(ctx, "node01").name == "site-h100-rack7"
+    assert result.measured["method"] == "ib_write_bw"  # the node's infiniband.required
+    assert result.measured["threshold_Gbps"] == 360  # the node's ib_write_bw_Gbps_min
+    assert result.status == Status.FAIL and list(result.nodes) == ["node02"]
+    assert "no thresholds" not in result.reason
+
+
+def test_two_contexts_with_one_profile_name_do_not_share_thresholds() -> None:
+    ib = make_ctx(NODES4[:2], profile="dgx-h100")
+    rename_profile(ib, "site")
+    tcp = make_ctx(NODES4[:2], profile="lab")
+    rename_profile(tcp, "site")
+    first = only(network.network_stage(ib, runner_for(ib, link={n: 390.0 for n in NODES4[:2]})))
+    second = only(network.network_stage(tcp, runner_for(tcp, link={n: 9.0 for n in NODES4[:2]})))
+    assert (first.measured["method"], second.measured["method"]) == ("ib_write_bw", "tcp")
+    assert nodes.threshold(ib, NODES4[:2], "infiniband", "required") is True
+    assert nodes.threshold(tcp, NODES4[:2], "infiniband", "required") is False
+
+
+def test_a_report_without_thresholds_is_named_not_silently_unjudged() -> None:
+    """An older agent's report has no thresholds: the stage says whose profile it went without."""
+    ctx = make_ctx(NODES4[:3], profile="dgx-h100")
+    del ctx.nodes["node03"].report["thresholds"]
+    assert nodes.thresholds(ctx, "node03") is None
+    result = only(network.network_stage(ctx, runner_for(ctx, link={n: 9.0 for n in NODES4[:3]})))
+    assert result.measured["method"] == "tcp"  # node03 not known to require InfiniBand
+    assert "no thresholds in the report of node03 (an older gpucheck agent" in result.reason
+    assert "node01" not in result.reason.split("no thresholds", 1)[1]
+
+
+def test_smoke_says_whose_thresholds_it_went_without() -> None:
+    ctx = make_ctx(NODES4[:2], frameworks={})
+    for outcome in ctx.nodes.values():
+        del outcome.report["thresholds"]
+    result = smoke.smoke_stage(ctx, runner_for(ctx))[0]
+    assert result.status == Status.SKIP  # nobody's profile is known to require the stack
+    assert "no thresholds in the report of node01, node02" in result.reason
 
 
 # ---------------------------------------------------------------- options
@@ -319,3 +375,24 @@ def test_stage_options_parse_and_bad_ones_are_usage_errors(tmp_path) -> None:
         done = run_gpucheck(["cluster", "-i", str(tmp_path / "none.yml"), *bad])
         assert done.returncode == 3 and "Traceback" not in done.stderr, (bad, done.stderr)
     assert "unknown stage(s) nccl" in run_gpucheck(["cluster", "--stages", "nccl"]).stderr
+
+
+def test_the_command_line_defaults_are_the_options_defaults_and_name_every_stage() -> None:
+    from dataclasses import fields
+
+    from gpucheck.cluster import cli
+    from gpucheck.cluster.context import Options
+    from gpucheck.cluster.frameworks import FRAMEWORKS
+    from gpucheck.cluster.stages import STAGE_NAMES, STAGES
+    from gpucheck.main import build_parser
+
+    args = vars(build_parser().parse_args(["cluster"]))
+    args["node_timeout"] = args.pop("timeout")
+    defaults = Options()
+    assert {f.name: args[f.name] for f in fields(Options) if f.name != "stages"} == {
+        f.name: getattr(defaults, f.name) for f in fields(Options) if f.name != "stages"}
+    assert args["stages"] == STAGE_NAMES == tuple(name for name, _ in STAGES)
+    assert defaults.framework in FRAMEWORKS
+    described = cli.EPILOG.split("stages (in this order):", 1)[1]
+    assert [n for n in STAGE_NAMES if n in described] == list(STAGE_NAMES)
+    assert sorted(STAGE_NAMES, key=described.index) == list(STAGE_NAMES)

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gpucheck.model import Result, Status, exit_code
-from support import REAL, ROOT, run_gpucheck
+from support import REAL, run_gpucheck
 
 
 def one_line_error(done) -> str:
@@ -99,7 +99,3 @@ def test_output_formats_render_the_same_results(tmp_path):
     assert 'check="host.disk",status="pass"} 1' in prom and "gpucheck_exit_code" in prom
     text = run_gpucheck([*args], env).stdout
     assert "host.disk" in text and "exit code 0" in text
-
-
-def test_package_ships_its_profiles():
-    assert (ROOT / "agent" / "gpucheck" / "checks" / "dgx-h100.yaml").is_file()

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucheck.config import NodeConfig, Stack
+from gpucheck.config import KNOWN_FRAMEWORKS, NodeConfig, Stack
 from gpucheck.model import Status
-from gpucheck.node import Context, frameworks
+from gpucheck.node import Context, cuda_arch, framework_probe, frameworks, stacks
 from gpucheck.profiles import Profile, load
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
@@ -203,7 +203,7 @@ class FakeStack:
 
 
 def collect(*stacks: Stack, timeout: float = 60) -> dict:
-    return frameworks.collect(Context(timeout=timeout, config=NodeConfig(stacks=list(stacks))))
+    return framework_probe.collect(Context(timeout=timeout, config=NodeConfig(stacks=list(stacks))))
 
 
 def facts_of(fw: dict, gpus: int = 8, cc: str = "9.0") -> dict:
@@ -353,14 +353,26 @@ def test_torch_cannot_use_cuda_fails(tmp_path):
 
 def test_probe_prints_only_marked_json_lines(tmp_path):
     fake = FakeStack(tmp_path / "tf").tensorflow()
-    done = subprocess.run([str(fake.python), str(frameworks.PROBE), "--frameworks", "tensorflow"],
+    done = subprocess.run([str(fake.python), str(framework_probe.PROBE), "--frameworks", "tensorflow"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert all(line.startswith(frameworks.MARK) for line in lines), lines
-    records = [json.loads(line[len(frameworks.MARK):]) for line in lines]
+    assert all(line.startswith(framework_probe.MARK) for line in lines), lines
+    records = [json.loads(line[len(framework_probe.MARK):]) for line in lines]
     assert [r["framework"] for r in records] == ["_probe", "tensorflow", "_done"]
     assert "tensorflow noise on stdout" in done.stderr
+
+
+def test_the_agent_modules_beside_the_probe_do_not_shadow_the_stacks_own(tmp_path):
+    # The probe lives in gpucheck/node, beside gpu.py, host.py, ...: a framework importing a module of
+    # one of those names must get the stack's.
+    assert (framework_probe.PROBE.parent / "gpu.py").is_file()
+    fake = FakeStack(tmp_path / "tf")
+    fake.package("gpu", "OWNER = 'the stack'\n")
+    fake.package("tensorflow", "import gpu\n__version__ = gpu.OWNER\n")
+    record = collect(fake.stack("tf", "tensorflow"))["stacks"][0]["probe"]["tensorflow"]
+    assert record["import_ok"], record
+    assert record["version"] == "the stack"
 
 
 def test_missing_stack_python_fails(tmp_path):
@@ -445,9 +457,13 @@ def test_gpu_arch_names_the_gpus_and_skips_without_gpus():
 
 
 def test_parse_arch_semantics():
-    assert frameworks.parse_arch("compute_80", "tensorflow") == ((8, 0), True, True)
-    assert frameworks.parse_arch("compute_80", "torch") == ((8, 0), False, True)
-    assert frameworks.parse_arch("sm_90a", "torch") == ((9, 0), True, False)
-    assert frameworks.parse_arch("sm_100", "torch") == ((10, 0), True, False)
-    assert frameworks.parse_arch("8.6+PTX", "torch") == ((8, 6), True, True)
-    assert frameworks.parse_arch("garbage", "torch") is None
+    assert cuda_arch.parse_arch("compute_80", "tensorflow") == ((8, 0), True, True)
+    assert cuda_arch.parse_arch("compute_80", "torch") == ((8, 0), False, True)
+    assert cuda_arch.parse_arch("sm_90a", "torch") == ((9, 0), True, False)
+    assert cuda_arch.parse_arch("sm_100", "torch") == ((10, 0), True, False)
+    assert cuda_arch.parse_arch("8.6+PTX", "torch") == ((8, 6), True, True)
+    assert cuda_arch.parse_arch("garbage", "torch") is None
+
+
+def test_the_node_names_the_frameworks_node_yaml_accepts():
+    assert set(stacks.NAMES) == set(KNOWN_FRAMEWORKS) and set(stacks.BINDINGS) < set(KNOWN_FRAMEWORKS)

@@ -1,26 +1,123 @@
-"""`pip install .` in a fresh virtualenv gives a working `gpucheck` with its profiles."""
+"""Packaging as a user meets it: the wheel carries the repository's profiles, and `pip install .` in a fresh
+virtualenv gives a working `gpucheck` that finds them in the installed package (not in the checkout, not in
+/etc/gpucheck).
+
+Both tests build from a copy of the checkout without its build leftovers: setuptools reuses build/lib, so a
+wheel built in place could carry a stale file that the source no longer has (or hide one it lacks).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 import subprocess
+import sys
 import venv
+import zipfile
+from pathlib import Path
 
-from support import ROOT
+import pytest
+
+from gpucheck import __version__
+from support import ROOT, run_gpucheck
+
+# What .gitignore keeps out of a clone (plus the repository itself): a copy without them is what CI builds from.
+NOT_IN_A_CLONE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
+                                        ".pytest_cache", ".ruff_cache", "reports")
+SYSTEM_PROFILES = Path("/etc/gpucheck/checks")  # searched before the package's own (profiles.search_dirs)
+PROFILE_LINE = re.compile(r"^\s*(\S+)\s.*\[(.+)\]\s*$")  # `gpucheck profiles`: name, description, [path]
 
 
-def test_pip_install_in_a_fresh_venv(tmp_path):
-    venv.create(tmp_path / "venv", with_pip=True)
-    pip = tmp_path / "venv" / "bin" / "pip"
-    installed = subprocess.run([str(pip), "install", "-q", str(ROOT)], capture_output=True, text=True, timeout=600)
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    gpucheck = tmp_path / "venv" / "bin" / "gpucheck"
-    version = subprocess.run([str(gpucheck), "--version"], capture_output=True, text=True, timeout=60)
-    assert version.returncode == 0 and version.stdout.startswith("gpucheck 0.")
-    profiles = subprocess.run([str(gpucheck), "profiles", "--no-detect"], capture_output=True, text=True, timeout=60)
-    listed = {line.split()[0] for line in profiles.stdout.splitlines() if line.strip()}
-    assert {"dgx-h100", "hgx-h200", "dgx-a100", "dgx1-v100", "pcie-1gpu", "legacy-kepler-pascal", "generic",
-            "lab"} <= listed
-    node = subprocess.run([str(gpucheck), "node", "--only", "host", "--profile", "dgx-h100", "--format", "json"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert node.returncode in (0, 1, 2), node.stderr
-    assert '"profile": "dgx-h100"' in node.stdout
+def repository_profiles() -> dict[str, bytes]:
+    profiles = {p.name: p.read_bytes() for p in sorted((ROOT / "checks").glob("*.yaml"))}
+    assert len(profiles) >= 8, f"checks/ holds only {sorted(profiles)}"
+    return profiles
+
+
+def clean_source(dst: Path) -> Path:
+    """The checkout as a clone has it; agent/gpucheck/checks stays a link to ../../checks."""
+    shutil.copytree(ROOT, dst, symlinks=True, ignore=NOT_IN_A_CLONE)
+    return dst
+
+
+def pip_env() -> dict[str, str]:
+    """The caller's pip settings (index, find-links, cache) but nothing that would import the checkout."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+
+
+def run(argv: list, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pip wheel .` of a clean copy of the checkout, the way `pip install .` builds it (isolated build)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = clean_source(tmp / "src")
+    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", source], env=pip_env())
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
+    [found] = (tmp / "dist").glob("gpucheck-*.whl")
+    return found
+
+
+def test_package_ships_its_profiles(wheel: Path) -> None:
+    """Every checks/*.yaml is in the built wheel under gpucheck/checks/, byte for byte, and nothing else is."""
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {name.removeprefix("gpucheck/checks/"): archive.read(name) for name in archive.namelist()
+                   if name.startswith("gpucheck/checks/")}
+    repo = repository_profiles()
+    assert sorted(shipped) == sorted(repo), f"wheel {wheel.name} has gpucheck/checks/ = {sorted(shipped)}"
+    for name, data in repo.items():
+        assert shipped[name] == data, f"gpucheck/checks/{name} in the wheel differs from checks/{name}"
+
+
+def test_pip_install_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
+    """A full, non-editable `pip install` of the checkout's wheel (dependencies included, from pip's index) into a
+    new venv; the installed `gpucheck` run from outside the checkout, with no PYTHONPATH and no
+    GPUCHECK_PROFILES_DIR, lists every repository profile from the installed package and every check the
+    checkout has."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)  # this venv's pip installs into it (`--python`): no ensurepip run
+    python, gpucheck = env_dir / "bin" / "python", env_dir / "bin" / "gpucheck"
+    installed = run([sys.executable, "-m", "pip", "--python", python, "install", "-q", wheel], env=pip_env(),
+                    cwd=tmp_path)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
+
+    away = tmp_path / "elsewhere"  # neither the checkout nor the copy it was installed from
+    away.mkdir()
+    env = {"PATH": f"{env_dir / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(away), "LANG": "C.UTF-8"}
+    purelib = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                       env=env, cwd=away).stdout.strip()).resolve()
+    assert purelib.is_relative_to(env_dir.resolve()), purelib
+    package = purelib / "gpucheck"
+    assert not (package / "checks").is_symlink(), "the installed package links back to the checkout"
+
+    version = run([gpucheck, "--version"], env=env, cwd=away, timeout=60)
+    assert version.returncode == 0 and version.stdout.strip() == f"gpucheck {__version__}", version
+
+    listing = run([gpucheck, "profiles", "--no-detect"], env=env, cwd=away, timeout=60)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    listed = {m[1]: Path(m[2]) for m in map(PROFILE_LINE.match, listing.stdout.splitlines()) if m}
+    for name, data in repository_profiles().items():
+        profile = name.removesuffix(".yaml")
+        assert profile in listed, f"{profile} not listed by the installed gpucheck:\n{listing.stdout}"
+        path = listed[profile].resolve()
+        shadow = f" ({SYSTEM_PROFILES} exists on this machine and shadows it)" if SYSTEM_PROFILES.is_dir() else ""
+        assert path == package / "checks" / name, f"{profile} found at {path}, not in the installed package{shadow}"
+        assert path.read_bytes() == data, f"installed {path} differs from checks/{name}"
+
+    checks = run([gpucheck, "checks"], env=env, cwd=away, timeout=60)
+    assert checks.returncode == 0, checks.stdout + checks.stderr
+    from_checkout = run_gpucheck(["checks"])
+    assert from_checkout.returncode == 0 and from_checkout.stdout.count("\n") > 20, from_checkout
+    assert checks.stdout == from_checkout.stdout, "the installed package lists other checks than the checkout"
+
+    node = run([gpucheck, "node", "--only", "host", "--profile", "dgx-h100", "--format", "json"], env=env,
+               cwd=away, timeout=120)
+    assert node.returncode in (0, 1, 2), node.stdout[-2000:] + node.stderr[-2000:]
+    report = json.loads(node.stdout)
+    assert report["profile"] == "dgx-h100"
+    assert report["results"] and all(r["check"].startswith("host.") for r in report["results"]), report["results"]

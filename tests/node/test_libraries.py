@@ -20,11 +20,16 @@ import pytest
 
 from gpucheck.config import NodeConfig, Stack
 from gpucheck.model import Status
-from gpucheck.node import CollectError, Context, libraries
+from gpucheck.node import (
+    CollectError,
+    Context,
+    extension_links,
+    known_libraries,
+    libraries,
+    library_search,
+    version_codes,
+)
 from gpucheck.profiles import Profile
-
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
-LDD_FIXTURE = REAL / "horovod-nccl" / "ldd-horovod-torch-mpi_lib_v2-spack-FRAGMENT-horovod3831.txt"
 
 # The smallest cuDNN 9 wheel for CUDA 12 (508 MB; the latest is ~720 MB); --no-deps skips cuBLAS,
 # which libcudnn.so.9 (a dispatcher that loads its engines lazily) does not need to report its version.
@@ -100,8 +105,8 @@ def ctx_for(*stacks: Stack, timeout: float = 30) -> Context:
 def no_system_libs(monkeypatch):
     """Search only the stacks: no LD_LIBRARY_PATH, no ldconfig cache, no standard folders."""
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
-    monkeypatch.setattr(libraries, "STANDARD_DIRS", [])
-    monkeypatch.setattr(libraries, "LDCONFIG_CANDIDATES", [])
+    monkeypatch.setattr(library_search, "STANDARD_DIRS", [])
+    monkeypatch.setattr(library_search, "LDCONFIG_CANDIDATES", [])
 
 
 def debian_openmpi_version() -> str:
@@ -239,7 +244,7 @@ def test_broken_copy_that_no_stack_picks_is_a_warning(tmp_path, no_system_libs, 
     other = tmp_path / "other"
     other.mkdir()
     (other / "libnccl.so.2").write_text("garbage")
-    monkeypatch.setattr(libraries, "STANDARD_DIRS", [str(other)])
+    monkeypatch.setattr(library_search, "STANDARD_DIRS", [str(other)])
     facts = libraries.collect(ctx_for(Stack("s", str(python), [])))
     result = libraries.library("nccl", {"libraries": facts}, REQUIRE_ALL)
     assert result.status == Status.WARN
@@ -247,19 +252,19 @@ def test_broken_copy_that_no_stack_picks_is_a_warning(tmp_path, no_system_libs, 
 
 
 # ------------------------------------------------------------------------------------------------
-# pure parts: version decoding, ldconfig, picking, ldd output
+# pure parts: version decoding, the ldconfig cache, picking
 # ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fn, code, text", [
-    (libraries.cudart_version, 12020, "12.2"),
-    (libraries.cudart_version, 11080, "11.8"),
-    (libraries.cudart_version, 12040, "12.4"),
-    (libraries.nccl_version, 22105, "2.21.5"),
-    (libraries.nccl_version, 20906, "2.9.6"),
-    (libraries.nccl_version, 2708, "2.7.8"),
-    (libraries.cudnn_version, 90100, "9.1.0"),
-    (libraries.cudnn_version, 8907, "8.9.7"),
-    (libraries.cudnn_version, 7605, "7.6.5"),
+    (version_codes.cudart_version, 12020, "12.2"),
+    (version_codes.cudart_version, 11080, "11.8"),
+    (version_codes.cudart_version, 12040, "12.4"),
+    (version_codes.nccl_version, 22105, "2.21.5"),
+    (version_codes.nccl_version, 20906, "2.9.6"),
+    (version_codes.nccl_version, 2708, "2.7.8"),
+    (version_codes.cudnn_version, 90100, "9.1.0"),
+    (version_codes.cudnn_version, 8907, "8.9.7"),
+    (version_codes.cudnn_version, 7605, "7.6.5"),
 ])
 def test_version_codes(fn, code, text):
     assert fn(code) == text
@@ -272,21 +277,26 @@ def test_version_codes(fn, code, text):
     ("MVAPICH2 Version:\t2.3.7\nMVAPICH2 Release date: ...", "MVAPICH", "2.3.7"),
 ])
 def test_mpi_library_version_strings(text, implementation, version):
-    assert libraries.mpi_version(text) == (implementation, version)
+    assert version_codes.mpi_version(text) == (implementation, version)
 
 
-def test_parse_ldconfig_keeps_this_word_size():
-    text = ("1234 libs found in cache `/etc/ld.so.cache'\n"
-            "\tlibmpi_cxx.so.40 (libc6,x86-64) => /lib/x86_64-linux-gnu/libmpi_cxx.so.40\n"
-            "\tlibmpi.so.40 (libc6,x86-64) => /lib/x86_64-linux-gnu/libmpi.so.40\n"
-            "\tlibmpi.so.40 (libc6) => /lib/i386-linux-gnu/libmpi.so.40\n"
-            "\tlibcudart.so.13 (libc6,x86-64) => /usr/local/cuda-13.0/lib/libcudart.so.13\n")
-    entries = libraries.parse_ldconfig(text)
-    assert [e["path"] for e in entries] == ["/lib/x86_64-linux-gnu/libmpi_cxx.so.40",
-                                          "/lib/x86_64-linux-gnu/libmpi.so.40",
-                                          "/usr/local/cuda-13.0/lib/libcudart.so.13"]
-    pattern = libraries.lib_name_regex("libmpi")
-    assert [e["name"] for e in entries if pattern.match(e["name"])] == ["libmpi.so.40"]
+def test_ldconfig_paths_keep_this_word_size(tmp_path, monkeypatch):
+    fake = tmp_path / "ldconfig"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = -p ] || exit 2\ncat <<'EOF'\n"
+                    "1234 libs found in cache `/etc/ld.so.cache'\n"
+                    "\tlibmpi_cxx.so.40 (libc6,x86-64) => /lib/x86_64-linux-gnu/libmpi_cxx.so.40\n"
+                    "\tlibmpi.so.40 (libc6,x86-64) => /lib/x86_64-linux-gnu/libmpi.so.40\n"
+                    "\tlibmpi.so.40 (libc6) => /lib/i386-linux-gnu/libmpi.so.40\n"
+                    "\tlibcudart.so.13 (libc6,x86-64) => /usr/local/cuda-13.0/lib/libcudart.so.13\n"
+                    "EOF\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(library_search, "LDCONFIG_CANDIDATES", [str(fake)])
+    paths, error = library_search.ldconfig_paths(30)
+    assert error is None
+    assert paths == ["/lib/x86_64-linux-gnu/libmpi_cxx.so.40", "/lib/x86_64-linux-gnu/libmpi.so.40",
+                     "/usr/local/cuda-13.0/lib/libcudart.so.13"]
+    pattern = known_libraries.lib_name_regex("libmpi")
+    assert [os.path.basename(p) for p in paths if pattern.match(os.path.basename(p))] == ["libmpi.so.40"]
 
 
 def test_each_stack_picks_its_own_wheel_before_the_system():
@@ -296,45 +306,6 @@ def test_each_stack_picks_its_own_wheel_before_the_system():
     result = libraries.library("nccl", {"libraries": facts}, REQUIRE_ALL)
     assert result.status == Status.PASS
     assert result.measured["a"]["version"] == "2.21.5" and result.measured["b"]["version"] == "2.18.3"
-
-
-def test_parse_ldd_real_spack_fragment():
-    parsed = libraries.parse_ldd(LDD_FIXTURE.read_text())
-    names = [lib["name"] for lib in parsed["libraries"]]
-    assert names == ["linux-vdso.so.1", "libmpi.so.40", "libdl.so.2", "libc10.so", "libtorch_cpu.so",
-                     "libtorch_python.so", "libcudart.so.11.0"]
-    assert parsed["libraries"][0]["path"] is None  # vdso: no file
-    mpi = parsed["libraries"][1]
-    assert mpi["path"].endswith("openmpi-4.1.2-yc24rf6lhsmvpfvfb57euroc2dzjbvlh/lib/libmpi.so.40")
-    assert parsed["not_found"] == [] and not parsed["static"] and not parsed["not_dynamic"]
-    assert parsed["ignored"] and parsed["ignored"][0].startswith("root@chifflot-7:~# ldd")
-
-
-def test_parse_ldd_variants():
-    text = (
-        "/x/mpi_lib.so:\n"
-        "\tlinux-vdso.so.1 =>  (0x00007ffd5a1f0000)\n"
-        "\tlibmpi.so.12 => not found\n"
-        "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f0e0d000000)\n"
-        "\t/lib64/ld-linux-x86-64.so.2 (0x00007f0e0d800000)\n"
-        "/x/static_tool:\n"
-        "\tstatically linked\n"
-        "/x/data.txt:\n"
-        "\tnot a dynamic executable\n"
-        "/x/mpi_lib.so: /lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found "
-        "(required by /x/mpi_lib.so)\n"
-        "ldd: warning: you do not have execution permission for `/x/mpi_lib.so'\n"
-    )
-    parsed = libraries.parse_ldd(text)
-    assert [s["file"] for s in parsed["sections"]] == ["/x/mpi_lib.so", "/x/static_tool", "/x/data.txt"]
-    assert parsed["not_found"] == ["libmpi.so.12"]
-    assert parsed["libraries"][0] == {"name": "linux-vdso.so.1", "path": None, "found": True}
-    assert parsed["libraries"][3] == {"name": "ld-linux-x86-64.so.2", "path": "/lib64/ld-linux-x86-64.so.2",
-                                      "found": True}
-    assert parsed["sections"][1]["static"] and parsed["sections"][2]["not_dynamic"]
-    assert parsed["version_errors"][0]["version"] == "GLIBCXX_3.4.32"
-    assert parsed["version_errors"][0]["required_by"] == "/x/mpi_lib.so"
-    assert parsed["errors"] == ["ldd: warning: you do not have execution permission for `/x/mpi_lib.so'"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -357,15 +328,15 @@ def horovod_stack(tmp_path: Path, *link: str) -> tuple[Stack, Path]:
 
 
 def node_libmpi(facts: dict) -> str:
-    entry = libraries.pick(facts["libraries"]["mpi"], libraries.SYSTEM_ORIGINS)
+    entry = library_search.pick(facts["libraries"]["mpi"], library_search.SYSTEM_ORIGINS)
     assert entry, "no system libmpi: apt-get install -y libopenmpi3"
     return entry["realpath"]
 
 
 def ldd_result(stack: Stack) -> tuple:
     ctx = ctx_for(stack)
-    facts = {"libraries": libraries.collect(ctx), "ldd": libraries.collect_ldd(ctx)}
-    return libraries.ldd(facts, REQUIRE_ALL), facts
+    facts = {"libraries": libraries.collect(ctx), "ldd": extension_links.collect(ctx)}
+    return extension_links.ldd(facts, REQUIRE_ALL), facts
 
 
 def test_ldd_passes_when_horovod_links_the_node_openmpi(tmp_path):
@@ -406,24 +377,24 @@ def test_ldd_skips_without_tensorflow_or_horovod_and_without_stacks(tmp_path):
     python = make_venv(tmp_path / "t")
     ctx = ctx_for(Stack("torch-only", str(python), ["torch"]))
     facts = {"libraries": {"stacks": ["torch-only"], "places": [], "libraries": {}},
-             "ldd": libraries.collect_ldd(ctx)}
-    result = libraries.ldd(facts, REQUIRE_ALL)
+             "ldd": extension_links.collect(ctx)}
+    result = extension_links.ldd(facts, REQUIRE_ALL)
     assert result.status == Status.SKIP and "no configured stack has TensorFlow or Horovod" in result.reason
-    none = libraries.ldd({"libraries": {}, "ldd": libraries.collect_ldd(ctx_for())}, REQUIRE_ALL)
+    none = extension_links.ldd({"libraries": {}, "ldd": extension_links.collect(ctx_for())}, REQUIRE_ALL)
     assert none.status == Status.SKIP and "/etc/gpucheck/node.yaml" in none.reason
 
 
 def test_ldd_warns_when_a_declared_framework_has_no_extension(tmp_path):
     python = make_venv(tmp_path / "t")
     ctx = ctx_for(Stack("tf", str(python), ["tensorflow"]))
-    facts = {"libraries": {"stacks": ["tf"], "places": [], "libraries": {}}, "ldd": libraries.collect_ldd(ctx)}
-    result = libraries.ldd(facts, REQUIRE_ALL)
+    facts = {"libraries": {"stacks": ["tf"], "places": [], "libraries": {}}, "ldd": extension_links.collect(ctx)}
+    result = extension_links.ldd(facts, REQUIRE_ALL)
     assert result.status == Status.WARN and "no tensorflow extension library" in result.reason
 
 
 def test_ldd_missing_is_a_harness_error(tmp_path, monkeypatch):
     python = make_venv(tmp_path / "t")
-    monkeypatch.setattr(libraries, "which", lambda name: None)
+    monkeypatch.setattr(extension_links, "which", lambda name: None)
     with pytest.raises(CollectError) as caught:
-        libraries.collect_ldd(ctx_for(Stack("tf", str(python), ["tensorflow"])))
+        extension_links.collect(ctx_for(Stack("tf", str(python), ["tensorflow"])))
     assert caught.value.harness and "ldd not found" in caught.value.reason

@@ -6,11 +6,16 @@ import ast
 import json
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from gpucheck.cluster import jobs
+from gpucheck.cluster.ssh import Remote
 from gpucheck.workloads import launch
 from gpucheck.workloads.launch import (
+    SUPPORT_FILES,
+    files_for,
     horovodrun_command,
     mpirun_command,
     plan_ps_cluster,
@@ -103,6 +108,38 @@ def test_script_paths_exist_and_unknown_kind_is_refused():
         assert script_path(kind).is_file()
     with pytest.raises(ValueError):
         script_path("mxnet")
+
+
+def test_files_for_a_workload_are_its_script_and_the_support_modules():
+    for kind in ("horovod", "torch", "tf-ps", "allreduce"):
+        files = files_for(kind)
+        assert files[0] == script_path(kind) and files[1:] == list(SUPPORT_FILES)
+        assert all(f.is_file() and f.parent == files[0].parent for f in files)  # one folder, as on the nodes
+    assert [f.name for f in SUPPORT_FILES] == ["rank_io.py"]
+
+
+class FakeCopies:
+    """RemoteHosts.put only: records the copies; `broken` names (node, file) pairs whose copy fails."""
+
+    def __init__(self, broken: set[tuple[str, str]] = frozenset()):
+        self.copies: list[tuple[str, str]] = []
+        self.broken = broken
+
+    def put(self, node: str, local, remote_dir: str, timeout: float = 60.0) -> Remote:
+        self.copies.append((node, f"{remote_dir}/{Path(local).name}"))
+        if (node, Path(local).name) in self.broken:
+            return Remote(node, "copy", error="disk full", kind="copy")
+        return Remote(node, "copy", exit=0)
+
+
+def test_distribute_copies_the_script_with_its_support_modules():
+    ctx = SimpleNamespace(options=SimpleNamespace(forks=4))
+    fake = FakeCopies(broken={("n2", "rank_io.py")})
+    path, failed = jobs.distribute(ctx, fake, ["n1", "n2"], script_path("torch"))
+    assert path == f"{jobs.REMOTE_DIR}/smoke_torch_ddp.py"
+    assert sorted(fake.copies) == [(n, f"{jobs.REMOTE_DIR}/{name}") for n in ("n1", "n2")
+                                   for name in ("rank_io.py", "smoke_torch_ddp.py")]
+    assert list(failed) == ["n2"] and failed["n2"].error == "disk full"  # a node without rank_io.py failed
 
 
 def test_launch_imports_only_the_standard_library():

@@ -184,8 +184,51 @@ def test_scaling_efficiency_from_results_verdicts_and_numbers():
 
 
 def test_scaling_carries_cited_references():
-    refs = {r["gpus"]: r for r in scaling(1.0, 2.0, ranks=2)["references"]}
-    assert refs[16]["efficiency"] == pytest.approx(0.9375)  # TF 0.8: 15x on 16 GPUs
-    assert refs[256]["efficiency"] == 0.95                   # IBM PowerAI DDL
-    assert refs[512]["efficiency"] == 0.90                   # Horovod
-    assert all(r["source"].count("http") >= 1 for r in REFERENCES)
+    """The published figures (DESIGN.md, typed here from the publications, not from references.py) are the ones
+    REFERENCES holds, each cited, carried by scaling() and shown by the cluster report beside our points."""
+    import html
+    import re
+
+    from gpucheck.cluster import handoff
+    from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
+    from gpucheck.cluster.inventory import Host, Inventory
+    from gpucheck.model import Status
+    from gpucheck.report import cluster as report
+
+    # word in the name -> (GPUs, speed-up or None, efficiency or None, what the report must print, its publication)
+    published = {
+        "TensorFlow 0.8": (16, 15.0, None, ["15x", "16 GPUs"],
+                           "research.google/blog/announcing-tensorflow-08-now-with-distributed-computing-support"),
+        "PowerAI DDL": (256, None, 0.95, ["95%", "256 GPUs"], "arXiv:1708.02188"),
+        "Horovod": (512, None, 0.90, ["90%", "512 GPUs"], "arXiv:1802.05799"),
+    }
+    assert len(REFERENCES) == len(published), [r["name"] for r in REFERENCES]
+    by_word = {}
+    for word, (gpus, speedup, efficiency, _, cited) in published.items():
+        [ref] = [r for r in REFERENCES if word in r["name"]]
+        by_word[word] = ref
+        assert ref["gpus"] == gpus, ref
+        assert ref["speedup"] == pytest.approx(speedup if speedup is not None else efficiency * gpus), ref
+        assert ref["efficiency"] == pytest.approx(efficiency if efficiency is not None else speedup / gpus), ref
+        assert ref["efficiency"] == pytest.approx(ref["speedup"] / ref["gpus"], abs=0.005), ref
+        assert cited in ref["source"], ref["source"]
+        assert re.search(r"https?://\S+|arXiv:\d{4}\.\d{4,5}", ref["source"]), ref["source"]
+    carried = scaling(1000.0, 1900.0, ranks=2)["references"]
+    assert [(r["name"], r["gpus"], r["efficiency"]) for r in carried] == \
+        [(r["name"], r["gpus"], r["efficiency"]) for r in REFERENCES]
+
+    host = Host("node01", "127.0.0.1", 2201, "root", None, (), True)
+    ctx = ClusterContext(Options(), Inventory(["hosts.yml"], "gpu_nodes", None, [host]))
+    ctx.nodes["node01"] = NodeOutcome("node01", Status.PASS, "ok", "report", 1.0, 0, None)
+    ctx.scaling = [{"label": "horovod-tf", "gpus": g, "throughput": 100.0 * g * e, "efficiency": e, "unit": "img/s"}
+                   for g, e in ((1, 1.0), (2, 0.97))]
+    doc = handoff.document(ctx, "2026-01-01T00:00:00+00:00", 1.0, [], True)
+    for kind, text in (("markdown", report.render_markdown(doc)), ("html", html.unescape(report.render_html(doc)))):
+        for word, (_, _, _, figures, _) in published.items():
+            name = by_word[word]["name"]
+            found = re.search(re.escape(name) + r"([^\n<]*)", text)
+            assert found, f"{kind} report does not name {name!r}"
+            others = [by_word[w]["name"] for w in published if w != word]
+            shown = re.split("|".join(map(re.escape, others)), found[1])[0]  # up to the next reference
+            for figure in figures:
+                assert figure in shown, f"{kind} report shows {name!r} as {shown!r}: {figure} missing"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 import shutil
@@ -192,6 +193,14 @@ def launch(cmd: list[str], env: dict[str, str], timeout: float, cwd: Path | None
 def kill_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def load_workload(name: str):
+    """A workload file (a script or rank_io.py) loaded as a fresh module, its `main` not run."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), WORKLOADS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_ports(count: int) -> int:

@@ -13,11 +13,13 @@ import time
 
 from ..model import Result, Status
 from ..parsers import ParseError, parse
-from ..workloads import results as wl
+from ..workloads.launch import script_path
+from ..workloads.results import judge_allreduce, parse_results
 from . import jobs
-from .context import ClusterContext, ClusterResult
+from .context import ClusterContext, ClusterResult, Options
+from .frameworks import HOROVOD_STACK
+from .nodes import participants, remote_hosts, threshold, unknown_thresholds
 from .ssh import RemoteHosts
-from .stagekit import FRAMEWORKS, StageOptions, left_out_text, participants, profile_value, runner, settings
 
 CHECK = "cluster.allreduce"
 DEFAULT_SIZE_B = 8 * 1024**3
@@ -33,31 +35,31 @@ def _human(size: int) -> str:
 
 
 def allreduce_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
-    s = settings(ctx)
     began = time.monotonic()
-    nodes, left_out = participants(ctx)
+    cast = participants(ctx)
+    nodes = cast.nodes
     if len(nodes) < 2:
-        return [ClusterResult(CHECK, Status.SKIP, reason=f"{len(nodes)} usable node(s): a multi-node all-reduce "
-                              "needs two" + left_out_text(left_out))]
-    run = run or runner(ctx)
+        return [cast.skip(CHECK, f"{len(nodes)} usable node(s): a multi-node all-reduce needs two")]
+    run = run or remote_hosts(ctx)
     launcher = nodes[0]
     probe = run.run(launcher, "command -v all_reduce_perf", 30)
     if probe.error and probe.kind != "timeout":
         return [ClusterResult(CHECK, Status.ERROR, reason=f"cannot reach the launcher {launcher}: {probe.describe()}",
                               duration_s=time.monotonic() - began)]
-    minimum = profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
+    minimum = threshold(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
     if probe.ok and probe.stdout.strip():
-        result = _nccl_tests(ctx, run, nodes, probe.stdout.strip().splitlines()[-1], minimum, s.stage_timeout)
+        binary = probe.stdout.strip().splitlines()[-1]
+        result = _nccl_tests(ctx, run, nodes, binary, minimum, ctx.options.stage_timeout)
     else:
-        result = _builtin(ctx, run, nodes, minimum, s)
-    result.reason += left_out_text(left_out)
+        result = _builtin(ctx, run, nodes, minimum, ctx.options)
+    result.reason += cast.note() + unknown_thresholds(ctx, nodes)  # the minimum is theirs
     result.duration_s = time.monotonic() - began
     return [result]
 
 
 def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary: str, minimum: float | None,
                 timeout: float) -> ClusterResult:
-    size = int(profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_size_B") or DEFAULT_SIZE_B)
+    size = int(threshold(ctx, nodes, "bandwidth", "nccl_allreduce_size_B") or DEFAULT_SIZE_B)
     gpus = min(jobs.ranks_per_node(ctx, n, True) for n in nodes)
     lay = jobs.Layout([(n, 1) for n in nodes])
     program = [binary, "-b", str(size), "-e", str(size), "-g", str(gpus), "-n", "20", "-w", "5", "-c", "1"]
@@ -93,8 +95,8 @@ def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary:
 
 
 def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: float | None,
-             s: StageOptions) -> ClusterResult:
-    stack = FRAMEWORKS["tf-horovod"][0]
+             options: Options) -> ClusterResult:
+    stack = HOROVOD_STACK
     python, unusable = jobs.pythons(ctx, nodes, stack)
     if python is None or unusable:
         why = "; ".join(f"{n}: {w}" for n, w in unusable.items())
@@ -103,16 +105,16 @@ def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: f
                              remediation="install nccl-tests (build with MPI=1) or the tf-horovod stack (site.yml)")
     gpus = jobs.on_gpus(ctx, nodes)
     lay = jobs.layout(ctx, nodes, gpus)
-    path, failed = jobs.distribute(ctx, run, nodes, jobs.script("allreduce"))
+    path, failed = jobs.distribute(ctx, run, nodes, script_path("allreduce"))
     if failed:
         return ClusterResult(CHECK, Status.ERROR, reason="cannot copy the benchmark to " + "; ".join(
             r.describe() for r in failed.values()))
-    timeout, size = s.stage_timeout, s.allreduce_size
+    timeout, size = options.stage_timeout, options.allreduce_size
     program = [python, path, "--framework", "horovod", "--size", size, "--timeout-s", f"{max(30.0, timeout - 15):g}"]
     done = jobs.mpirun(ctx, run, lay, program, jobs.rank_env(gpus), timeout)
-    rows = wl.parse_results(done.stdout)
+    rows = parse_results(done.stdout)
     judged_min = minimum if gpus else None
-    verdict = wl.judge_allreduce(rows, lay.ranks, judged_min)
+    verdict = judge_allreduce(rows, lay.ranks, judged_min)
     busbw = verdict.get("busbw_GBps")
     backend = next((r.get("backend") for r in rows if r.get("backend")), None)
     where = f"{lay.ranks} ranks on {len(nodes)} nodes ({'GPUs' if gpus else 'CPU'}, Horovod/{backend or '?'}), {size}B"
@@ -131,7 +133,7 @@ def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: f
     if gpus:
         note = "" if minimum else " (the profile sets no nccl_allreduce_busbw_GBps_min: not judged)"
     else:
-        profile = profile_value(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
+        profile = threshold(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
         note = (" (CPU ranks: not judged against the GPU minimum"
                 + (f" {profile:g} GB/s" if profile else "; the profile sets none") + ")")
     return ClusterResult(CHECK, Status.PASS, measured, expected,

@@ -7,11 +7,15 @@ import argparse
 import datetime as dt
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..cli_types import fraction, seconds, size, whole_number
 from ..model import EXIT_UNKNOWN
+from .context import Options
+from .frameworks import FRAMEWORKS
+from .stages import STAGE_NAMES
 
 EPILOG = """\
 exit codes: 0 every node and cluster check passes, 1 warnings only, 2 at least one failure (a failed
@@ -29,9 +33,7 @@ stages (in this order): consistency (versions agree), network (pair bandwidth, t
 mpi (one rank per node), allreduce (bus bandwidth across nodes), smoke (distributed training and
 scaling efficiency), stragglers (nodes below the fleet median).
 """
-# The stages after the fan-out, in the order they run (cluster/stages.py STAGES).
-STAGE_NAMES = ("consistency", "network", "mpi", "allreduce", "smoke", "stragglers")
-FRAMEWORK_NAMES = ("tf-horovod", "torch", "tf-ps")
+DEFAULTS = Options()  # the command line's defaults are Options' own
 
 
 def _stage_list(text: str) -> tuple[str, ...]:
@@ -41,6 +43,12 @@ def _stage_list(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"unknown stage(s) {', '.join(unknown) or repr(text)} "
                                          f"(stages: {','.join(STAGE_NAMES)})")
     return names
+
+
+def _with_default(group: Any, flag: str, kind: Callable[[str], Any], metavar: str, text: str) -> None:
+    """An option whose default is the Options field of its name (--host-timeout: host_timeout)."""
+    default = getattr(DEFAULTS, flag.removeprefix("--").replace("-", "_"))
+    group.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -63,19 +71,16 @@ def add_parser(subparsers: Any) -> None:
                       "stragglers")
     node.add_argument("--timeout", type=seconds, metavar="SECONDS",
                       help="the node agent's limit per probe (its --timeout)")
-    node.add_argument("--remote-command", default="gpucheck", metavar="CMD",
-                      help="the agent's command on the nodes (default: gpucheck)")
+    _with_default(node, "--remote-command", str, "CMD", "the agent's command on the nodes (default: %(default)s)")
     ssh = p.add_argument_group("fan-out")
-    ssh.add_argument("--forks", type=whole_number, default=50, metavar="N",
-                     help="hosts checked at once (default: 50)")
-    ssh.add_argument("--host-timeout", type=seconds, default=300.0,
-                     metavar="SECONDS", help="a host with no report after this is timed out (default: 300)")
-    ssh.add_argument("--connect-timeout", type=seconds, default=10.0,
-                     metavar="SECONDS", help="SSH connect limit per host (default: 10; ConnectTimeout in "
-                     "ansible_ssh_common_args wins)")
+    _with_default(ssh, "--forks", whole_number, "N", "hosts checked at once (default: %(default)s)")
+    _with_default(ssh, "--host-timeout", seconds, "SECONDS",
+                  "a host with no report after this is timed out (default: %(default)g)")
+    _with_default(ssh, "--connect-timeout", seconds, "SECONDS",
+                  "SSH connect limit per host (default: %(default)g; ConnectTimeout in ansible_ssh_common_args wins)")
     cmp = p.add_argument_group("comparison and report")
-    cmp.add_argument("--straggler-fraction", type=fraction, default=0.9, metavar="F",
-                     help="a node below F x the fleet median of a measured figure is a straggler (default: 0.9)")
+    _with_default(cmp, "--straggler-fraction", fraction, "F",
+                  "a node below F x the fleet median of a measured figure is a straggler (default: %(default)g)")
     cmp.add_argument("--network-sample", type=whole_number, metavar="K",
                      help="network stage: test K rounds of the pair schedule, spread over it (default: all)")
     lab = p.add_argument_group("cluster stages (network, MPI, all-reduce, smoke training)")
@@ -83,21 +88,21 @@ def add_parser(subparsers: Any) -> None:
                      help=f"run only these stages (default: all: {','.join(STAGE_NAMES)})")
     lab.add_argument("--skip-stages", type=_stage_list, default=(), metavar="A,B,...",
                      help="leave these stages out")
-    lab.add_argument("--framework", choices=FRAMEWORK_NAMES, default="tf-horovod",
+    lab.add_argument("--framework", choices=list(FRAMEWORKS), default=DEFAULTS.framework,
                      help="smoke training job: Horovod + TensorFlow/Keras (default), PyTorch DDP, or TensorFlow "
                           "parameter-server mode")
-    lab.add_argument("--pair-seconds", type=seconds, default=3.0, metavar="S",
-                     help="network stage: seconds each pair streams (default: 3)")
-    lab.add_argument("--pair-fraction", type=fraction, default=0.7, metavar="F",
-                     help="network stage: a pair below F x the reference (the median of each node's best pair) "
-                          "is slow and re-tested (default: 0.7)")
-    lab.add_argument("--stage-timeout", type=seconds, default=600.0,
-                     metavar="SECONDS", help="limit of each mpirun / training job (default: 600)")
-    lab.add_argument("--smoke-steps", type=whole_number, default=20, metavar="N",
-                     help="smoke job: steps per epoch on every rank, 2 epochs (default: 20)")
-    lab.add_argument("--allreduce-size", type=size, default="64M", metavar="SIZE",
-                     help="built-in all-reduce benchmark: bytes per rank (default: 64M; all_reduce_perf uses the "
-                          "profile's nccl_allreduce_size_B)")
+    _with_default(lab, "--pair-seconds", seconds, "S",
+                  "network stage: seconds each pair streams (default: %(default)g)")
+    _with_default(lab, "--pair-fraction", fraction, "F",
+                  "network stage: a pair below F x the reference (the median of each node's best pair) is slow and "
+                  "re-tested (default: %(default)g)")
+    _with_default(lab, "--stage-timeout", seconds, "SECONDS",
+                  "limit of each mpirun / training job (default: %(default)g)")
+    _with_default(lab, "--smoke-steps", whole_number, "N",
+                  "smoke job: steps per epoch on every rank, 2 epochs (default: %(default)s)")
+    _with_default(lab, "--allreduce-size", size, "SIZE",
+                  "built-in all-reduce benchmark: bytes per rank (default: %(default)s; all_reduce_perf uses the "
+                  "profile's nccl_allreduce_size_B)")
     lab.add_argument("--scaling-efficiency-min", type=fraction, metavar="F",
                      help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
                           "published figures, not judged)")
@@ -115,10 +120,9 @@ def run(args: argparse.Namespace) -> int:
     from . import fanout, handoff, progress, stages
     from .context import ClusterContext
     from .inventory import InventoryError, load
-    from .stagekit import StageOptions
 
     selected = tuple(n for n in args.stages if n not in args.skip_stages)
-    options = StageOptions(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
+    options = Options(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
                            host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
                            remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
                            network_sample=args.network_sample, stages=selected, framework=args.framework,

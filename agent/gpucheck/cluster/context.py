@@ -1,13 +1,19 @@
 """What the cluster stages share: the options, the hosts, each node's outcome, and what the stages add
-(results, per-node figures for the straggler comparison, pair bandwidths, scaling points)."""
+(results, per-node figures for the straggler comparison, pair bandwidths, scaling points).
+Light to import (the inventory type only for annotations): the command line builds its defaults from
+Options before anything heavy loads."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import Result, Status
-from .inventory import Inventory
+from .frameworks import DEFAULT_FRAMEWORK
+
+if TYPE_CHECKING:
+    from .inventory import Inventory
 
 
 @dataclass
@@ -42,6 +48,9 @@ class NodeOutcome:
 
 @dataclass
 class Options:
+    """Everything `gpucheck cluster` was asked for; the command line takes its defaults from here."""
+
+    # what each node runs, and the fan-out
     profile: str | None = None
     full: bool = False
     node_timeout: float | None = None
@@ -49,8 +58,21 @@ class Options:
     host_timeout: float = 300.0
     connect_timeout: float = 10.0
     remote_command: str = "gpucheck"
+    # the comparison and the stages after the fan-out
     straggler_fraction: float = 0.9
     network_sample: int | None = None
+    stages: tuple[str, ...] | None = None  # the stages run, in order; None: every one (stages.STAGE_NAMES)
+    framework: str = DEFAULT_FRAMEWORK  # a key of frameworks.FRAMEWORKS
+    pair_seconds: float = 3.0
+    pair_fraction: float = 0.7
+    stage_timeout: float = 600.0
+    smoke_steps: int = 20  # steps per epoch on every rank (2 epochs)
+    allreduce_size: str = "64M"
+    scaling_efficiency_min: float | None = None  # warn below; None: reported beside the published figures only
+
+    def agent_argv(self) -> list[str]:
+        """The agent's command on the nodes (--remote-command) as argv."""
+        return shlex.split(self.remote_command)
 
 
 @dataclass

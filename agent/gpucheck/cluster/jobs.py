@@ -1,5 +1,5 @@
 """Running a workload script (agent/gpucheck/workloads/*.py) across nodes, for the all-reduce and smoke
-stages: copy it to every node, find the stack's python, lay ranks out on nodes, start it with mpirun
+stages: copy it and rank_io.py to every node, find the stack's python, lay ranks out on nodes, start it with mpirun
 from the launcher, and say which node a missing or failed rank was on."""
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ from typing import Any
 
 from ..workloads import launch
 from .context import ClusterContext
-from .mpi import mpirun_argv
+from .nodes import address, stack_python, thresholds
 from .ssh import Remote, RemoteHosts, command
-from .stagekit import REMOTE_DIR, address, node_profile, stack_python
 
+REMOTE_DIR = "/var/tmp/gpucheck"  # where workload scripts are copied on the nodes
+# ssh as mpirun starts it: never wait on a prompt (a missing key or host key), give up on a dead node.
+RSH_ARGS = "-o BatchMode=yes -o ConnectTimeout=10"
+# --tag-output: each line says its rank ("[1,3]<stdout>:..."), how a missing or failed rank is traced to its node.
+MPIRUN_EXTRA = ("--tag-output", "--mca", "plm_rsh_args", RSH_ARGS)
 # What every rank gets: quiet frameworks, one OpenMP thread per rank (CPU ranks share the cores).
 RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 CPU_RANK_ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -40,11 +44,11 @@ class Layout:
 
 
 def on_gpus(ctx: ClusterContext, nodes: Sequence[str]) -> bool:
-    """Ranks go on GPUs when the profiles say the frameworks must use them (gpu_required); CPU lab nodes
-    (tensorflow-cpu under simulated GPUs) run one CPU rank per node. A profile unknown here: GPUs when
-    the node reports some."""
+    """Ranks go on GPUs when the nodes' thresholds say the frameworks must use them (gpu_required); CPU
+    lab nodes (tensorflow-cpu under simulated GPUs) run one CPU rank per node. A node whose report has
+    no thresholds (an older agent): GPUs when it reports some."""
     def one(node: str) -> bool:
-        profile = node_profile(ctx, node)
+        profile = thresholds(ctx, node)
         if profile is not None:
             return bool(profile.get("frameworks", "gpu_required", True))
         return int((ctx.nodes[node].facts or {}).get("gpu_count") or 0) > 0
@@ -77,9 +81,16 @@ def pythons(ctx: ClusterContext, nodes: Sequence[str], stack: str) -> tuple[str 
 
 def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
                timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
-    """Copy `script` to REMOTE_DIR on every node, in parallel. (remote path, node -> failed copy)."""
+    """Copy `script`, and the modules it imports from its own folder (launch.SUPPORT_FILES), to REMOTE_DIR on
+    every node, in parallel. (remote path of the script, node -> its failed copy)."""
+    files = [script, *(f for f in launch.SUPPORT_FILES if f.name != script.name)]
+
     def one(node: str) -> tuple[str, Remote]:
-        return node, run.put(node, script, REMOTE_DIR, timeout)
+        for path in files:
+            done = run.put(node, path, REMOTE_DIR, timeout)
+            if not done.ok:
+                break
+        return node, done
 
     with ThreadPoolExecutor(max_workers=max(1, min(ctx.options.forks, len(nodes))),
                             thread_name_prefix="gpucheck-copy") as pool:
@@ -89,22 +100,20 @@ def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], scri
 
 def mpirun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str], env: Mapping[str, str],
            timeout: float) -> Remote:
-    """mpirun from the first node of the layout, every rank with `env` (exported with -x)."""
+    """mpirun from the first node of the layout, every rank with `env` (exported with -x). As root on
+    Debian's OpenMPI it needs --allow-run-as-root; --oversubscribe for more ranks than cores (CPU nodes)."""
     launcher = lay.slots[0][0]
     slots = [(address(ctx, n, data=False), k) for n, k in lay.slots]
-    extra: list[str] = []
-    for name in env:
-        extra += ["-x", name]
-    argv = mpirun_argv(slots, list(program), extra)
+    try:
+        argv = launch.mpirun_command(list(program), slots, as_root=True, oversubscribe=True, env_names=list(env),
+                                     extra=MPIRUN_EXTRA)
+    except ValueError as exc:  # an address mpirun's --host cannot take (an IPv6 address)
+        return Remote(launcher, "mpirun", error=f"cannot start mpirun: {exc}", kind="usage")
     return run.run(launcher, command(argv, env=dict(env)), timeout)
 
 
 def rank_env(gpus: bool) -> dict[str, str]:
     return {**RANK_ENV, **({} if gpus else CPU_RANK_ENV)}
-
-
-def script(kind: str) -> Path:
-    return launch.script_path(kind)
 
 
 def blame_ranks(verdict: Mapping[str, Any], lay: Layout, timed_out: bool) -> dict[str, str]:

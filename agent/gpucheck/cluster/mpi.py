@@ -14,25 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..model import Result, Status
 from .context import ClusterContext, ClusterResult
-from .ssh import Remote, RemoteHosts, command
-from .stagekit import address, hostname, left_out_text, participants, runner, settings
+from .jobs import Layout, mpirun
+from .nodes import address, hostname, participants, remote_hosts
+from .ssh import Remote, RemoteHosts
 
 CHECK = "cluster.mpi"
 # OpenMPI --tag-output: "[1,3]<stdout>:node04"
 _TAGGED = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<stdout>:\s?(?P<text>.*)$")
-# ssh as mpirun starts it: never wait on a prompt (a missing key or host key), give up on a dead node.
-RSH_ARGS = "-o BatchMode=yes -o ConnectTimeout=10"
 REMEDIATION = ("check from the launcher: ssh to the node as the MPI user (keys, known_hosts), the same OpenMPI "
                "on every node (orted on PATH), and the MCA network settings (/etc/openmpi/openmpi-mca-params.conf)")
-
-
-def mpirun_argv(slots: list[tuple[str, int]], program: list[str], extra: list[str] | None = None) -> list[str]:
-    """mpirun as root on Debian's OpenMPI needs --allow-run-as-root; --oversubscribe for more ranks than
-    cores (CPU lab nodes)."""
-    hosts = ",".join(f"{h}:{n}" for h, n in slots)
-    total = sum(n for _, n in slots)
-    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--tag-output", "-np", str(total), "--host", hosts,
-            "--map-by", "slot", "--bind-to", "none", "--mca", "plm_rsh_args", RSH_ARGS, *(extra or []), *program]
 
 
 def ranks_of(stdout: str) -> dict[int, str]:
@@ -45,10 +35,10 @@ def ranks_of(stdout: str) -> dict[int, str]:
     return out
 
 
-def hello(run: RemoteHosts, launcher: str, targets: list[tuple[str, str]],
+def hello(ctx: ClusterContext, run: RemoteHosts, targets: list[tuple[str, str]],
           timeout: float) -> tuple[Remote, dict[int, str]]:
-    """targets: (node, address) in rank order. Returns the run and rank -> hostname."""
-    done = run.run(launcher, command(mpirun_argv([(a, 1) for _, a in targets], ["hostname"])), timeout)
+    """targets: (node, address) in rank order, the first the launcher. Returns the run and rank -> hostname."""
+    done = mpirun(ctx, run, Layout([(node, 1) for node, _ in targets]), ["hostname"], {}, timeout)
     return done, ranks_of(done.stdout)
 
 
@@ -67,15 +57,15 @@ def judge(ctx: ClusterContext, targets: list[tuple[str, str]], ranks: dict[int, 
 
 
 def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
-    s = settings(ctx)
     began = time.monotonic()
-    nodes, left_out = participants(ctx)
-    if not nodes:
-        return [ClusterResult(CHECK, Status.SKIP, reason="no usable node" + left_out_text(left_out))]
-    run = run or runner(ctx)
-    launcher = nodes[0]
-    targets = [(n, address(ctx, n, data=False)) for n in nodes]
-    done, ranks = hello(run, launcher, targets, s.stage_timeout)
+    cast = participants(ctx)
+    if not cast.nodes:
+        return [cast.skip(CHECK, "no usable node")]
+    run = run or remote_hosts(ctx)
+    timeout = ctx.options.stage_timeout
+    launcher = cast.nodes[0]
+    targets = [(n, address(ctx, n, data=False)) for n in cast.nodes]
+    done, ranks = hello(ctx, run, targets, timeout)
     wrong = judge(ctx, targets, ranks)
     measured = {"launcher": launcher, "ranks_expected": len(targets), "ranks_reported": len(ranks),
                 "hosts": {n: ranks.get(i) for i, (n, _) in enumerate(targets)}}
@@ -83,20 +73,20 @@ def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resul
     if done.ok and not wrong:
         return [ClusterResult(CHECK, Status.PASS, measured, expected,
                               f"{len(targets)} ranks on {len(targets)} nodes from {launcher}, each on its own host "
-                              f"({done.wall_s:.1f} s)" + left_out_text(left_out), evidence=done.evidence(),
+                              f"({done.wall_s:.1f} s)" + cast.note(), evidence=done.evidence(),
                               duration_s=time.monotonic() - began)]
     if done.error and done.kind not in ("timeout",):  # could not even reach the launcher
         return [ClusterResult(CHECK, Status.ERROR, measured, expected, f"cannot run mpirun on the launcher "
                               f"{launcher}: {done.describe()}", REMEDIATION, done.evidence(),
                               time.monotonic() - began)]
     if not done.ok and len(targets) > 1:
-        wrong = locate(ctx, run, launcher, targets, s.stage_timeout) or wrong
+        wrong = locate(ctx, run, launcher, targets, timeout) or wrong
     how = done.describe() if not done.ok else "every rank ran but some on the wrong host"
     if not wrong:
         return [ClusterResult(CHECK, Status.FAIL, measured, expected,
                               f"mpirun across {len(targets)} nodes failed ({how}) but every node starts a rank "
                               f"with the launcher alone: intermittent, or too many nodes at once?"
-                              + left_out_text(left_out), REMEDIATION, done.evidence(), time.monotonic() - began)]
+                              + cast.note(), REMEDIATION, done.evidence(), time.monotonic() - began)]
     measured["not_started"] = sorted(wrong)
     all_but_launcher = set(wrong) >= {n for n, _ in targets if n != launcher} and len(targets) > 2
     nodes_blamed = {} if all_but_launcher and launcher not in wrong else wrong
@@ -105,7 +95,7 @@ def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resul
         reason = (f"MPI fails from the launcher {launcher} to every other node (the launcher's own rank runs): "
                   f"check {launcher}'s SSH to the others; " + reason)
     return [ClusterResult(CHECK, Status.FAIL, measured, expected, f"{reason} (mpirun: {how})"
-                          + left_out_text(left_out), REMEDIATION, done.evidence(), time.monotonic() - began,
+                          + cast.note(), REMEDIATION, done.evidence(), time.monotonic() - began,
                           nodes=nodes_blamed)]
 
 
@@ -118,7 +108,7 @@ def locate(ctx: ClusterContext, run: RemoteHosts, launcher: str, targets: list[t
     def one(target: tuple[str, str]) -> tuple[str, str | None]:
         node, addr = target
         pair = [(launcher, where[launcher]), (node, addr)]
-        done, ranks = hello(run, launcher, pair, timeout)
+        done, ranks = hello(ctx, run, pair, timeout)
         bad = judge(ctx, pair, ranks)
         if done.ok and not bad:
             return node, None
@@ -130,7 +120,7 @@ def locate(ctx: ClusterContext, run: RemoteHosts, launcher: str, targets: list[t
                             thread_name_prefix="gpucheck-mpi") as pool:
         found = {node: why for node, why in pool.map(one, others) if why}
     if others and len(found) == len(others):
-        alone, ranks = hello(run, launcher, [(launcher, where[launcher])], timeout)
+        alone, ranks = hello(ctx, run, [(launcher, where[launcher])], timeout)
         bad = judge(ctx, [(launcher, where[launcher])], ranks)
         if not alone.ok or bad:
             return {launcher: bad.get(launcher) or f"mpirun with one rank on the launcher itself fails: "

@@ -47,6 +47,24 @@ def sample(rounds: list[list[Pair]], keep: int | None) -> list[list[Pair]]:
     return [rounds[int(i * step)] for i in range(keep)]
 
 
+def disjoint_rounds(pairs: Sequence[Pair]) -> list[list[Pair]]:
+    """Lay pairs out, in their order, in rounds where no node is in two pairs: a round runs at once."""
+    rounds: list[list[Pair]] = []
+    todo = list(pairs)
+    while todo:
+        busy: set[str] = set()
+        this_round, later = [], []
+        for a, b in todo:
+            if a in busy or b in busy:
+                later.append((a, b))
+            else:
+                this_round.append((a, b))
+                busy.update((a, b))
+        rounds.append(this_round)
+        todo = later
+    return rounds
+
+
 @dataclass
 class RetestPlan:
     slow_pairs: list[Pair]
@@ -93,20 +111,7 @@ def suspects(pair_results: Mapping[Pair, float], threshold: float, partners: int
         fresh = [g for g in good if pair(s, g) not in results]
         wanted[s] = (fresh + [g for g in good if g not in fresh])[:partners]
     untestable = [s for s, chosen in wanted.items() if not chosen]
-    # Lay the (suspect, partner) pairs out in rounds where no node appears twice.
-    todo = [(s, g) for s, chosen in wanted.items() for g in chosen]
-    rounds: list[list[Pair]] = []
-    while todo:
-        busy: set[str] = set()
-        this_round, later = [], []
-        for s, g in todo:
-            if s in busy or g in busy:
-                later.append((s, g))
-            else:
-                this_round.append((s, g))
-                busy.update((s, g))
-        rounds.append(this_round)
-        todo = later
+    rounds = disjoint_rounds([(s, g) for s, chosen in wanted.items() for g in chosen])
     return RetestPlan(slow, suspect_list, good, rounds, untestable)
 
 

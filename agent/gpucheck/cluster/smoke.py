@@ -1,6 +1,6 @@
 """Smoke stage: a small distributed training job on synthetic data, then scaling efficiency.
 
---framework picks the job (the scripts are agent/gpucheck/workloads/*, copied to /var/tmp/gpucheck on
+--framework picks the job (the scripts are agent/gpucheck/workloads/*, copied with rank_io.py to /var/tmp/gpucheck on
 every node and run by the stack's python):
 - tf-horovod (default): Keras `fit` with hvd.DistributedOptimizer under mpirun from the launcher;
 - torch: DDP, one torchrun per node (static rendezvous on the launcher);
@@ -25,15 +25,15 @@ from typing import Any
 from ..model import Result, Status
 from ..references import REFERENCES
 from ..workloads import launch
-from ..workloads import results as wl
+from ..workloads.results import judge_ps, judge_smoke, parse_results, scaling
 from . import jobs
-from .context import ClusterContext, ClusterResult
+from .context import ClusterContext, ClusterResult, Options
+from .frameworks import FRAMEWORKS
+from .nodes import Participants, address, participants, remote_hosts, thresholds, unknown_thresholds
 from .ssh import Remote, RemoteHosts, command
-from .stagekit import FRAMEWORKS, StageOptions, address, left_out_text, node_profile, participants, runner, settings
 
 SCALING = "cluster.scaling"
 UNIT = "samples/s"
-NEEDS = {"tf-horovod": ("tensorflow", "horovod"), "torch": ("torch",), "tf-ps": ("tensorflow",)}
 TORCH_PORT = 29500
 PS_PORT = 2222
 REMEDIATION = ("re-run the job by hand from the launcher (the command is in the evidence); a rank that hung "
@@ -62,53 +62,56 @@ def _has(ctx: ClusterContext, node: str, stack: str, framework: str) -> bool:
 
 def _required(ctx: ClusterContext, nodes: list[str], frameworks: tuple[str, ...]) -> bool:
     for node in nodes:
-        profile = node_profile(ctx, node)
+        profile = thresholds(ctx, node)
         if profile and set(frameworks) & set(profile.get("frameworks", "required", []) or []):
             return True
     return False
 
 
 def smoke_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
-    s = settings(ctx)
     began = time.monotonic()
-    framework = s.framework
-    check = f"cluster.smoke.{framework}"
-    if framework not in FRAMEWORKS:
-        return [ClusterResult(check, Status.ERROR, reason=f"unknown framework {framework!r} "
-                              f"(one of {', '.join(FRAMEWORKS)})")]
-    stack, kind = FRAMEWORKS[framework]
-    nodes, left_out = participants(ctx)
-    if not nodes:
-        return [ClusterResult(check, Status.SKIP, reason="no usable node" + left_out_text(left_out))]
-    needs = NEEDS[framework]
-    lacking = {n: f"no {'/'.join(needs)} in its {stack} stack" for n in nodes
+    options = ctx.options
+    name = options.framework
+    check = f"cluster.smoke.{name}"
+    framework = FRAMEWORKS.get(name)
+    if framework is None:
+        return [ClusterResult(check, Status.ERROR,
+                              reason=f"unknown framework {name!r} (one of {', '.join(FRAMEWORKS)})")]
+    stack, needs = framework.stack, framework.needs
+    cast = participants(ctx)
+    if not cast.nodes:
+        return [cast.skip(check, "no usable node")]
+    lacking = {n: f"no {'/'.join(needs)} in its {stack} stack" for n in cast.nodes
                if not all(_has(ctx, n, stack, f) for f in needs)}
-    if len(lacking) == len(nodes):
-        status = Status.ERROR if _required(ctx, nodes, needs) else Status.SKIP
+    if len(lacking) == len(cast.nodes):
+        status = Status.ERROR if _required(ctx, cast.nodes, needs) else Status.SKIP
         return [ClusterResult(check, status, reason=f"the {stack} stack with {' and '.join(needs)} is missing on "
-                              f"every node (no node reports it in facts.frameworks): cannot run the {framework} job",
+                              f"every node (no node reports it in facts.frameworks): cannot run the {name} job"
+                              + unknown_thresholds(ctx, cast.nodes),  # whether their profile requires it
                               remediation=f"install the {stack} stack (site.yml, frameworks role) or pick another "
                                           "--framework")]
-    left_out.update(lacking)
-    nodes = [n for n in nodes if n not in lacking]
+    cast = Participants([n for n in cast.nodes if n not in lacking], {**cast.left_out, **lacking})
+    nodes = cast.nodes
     python, unusable = jobs.pythons(ctx, nodes, stack)
     if python is None or unusable:
         return [ClusterResult(check, Status.ERROR, reason="cannot find one python for the job: " + "; ".join(
             f"{n}: {w}" for n, w in unusable.items()))]
-    run = run or runner(ctx)
-    path, failed = jobs.distribute(ctx, run, nodes, launch.script_path(kind))
+    run = run or remote_hosts(ctx)
+    path, failed = jobs.distribute(ctx, run, nodes, launch.script_path(framework.workload))
     if failed:
         return [ClusterResult(check, Status.ERROR, reason="cannot copy the job to the nodes: " + "; ".join(
             r.describe() for r in failed.values()))]
     gpus = jobs.on_gpus(ctx, nodes)
     runs = plan_runs(ctx, nodes, gpus)
-    job = {"tf-horovod": _horovod, "torch": _torch, "tf-ps": _ps}[framework]
+    job = {"mpirun": _horovod, "torchrun": _torch, "tasks": _ps}[framework.start]
     for r in runs:
-        job(ctx, run, s, python, path, gpus, r)
+        job(ctx, run, options, python, path, gpus, r)
         if not r.passed:
             break  # a bigger run cannot pass where a smaller one failed
-    results = [_smoke_result(check, framework, runs, gpus, left_out, time.monotonic() - began)]
-    results.append(_scaling(ctx, framework, runs, gpus, s))
+    # GPU or CPU ranks were chosen from the thresholds: say whose were unknown
+    tail = cast.note() + unknown_thresholds(ctx, nodes)
+    results = [_smoke_result(check, name, runs, gpus, tail, time.monotonic() - began)]
+    results.append(_scaling(ctx, name, runs, gpus, options))
     return results
 
 
@@ -124,19 +127,25 @@ def plan_runs(ctx: ClusterContext, nodes: list[str], gpus: bool) -> list[Run]:
     return runs
 
 
-def _timeout_s(s: StageOptions) -> float:
-    return max(30.0, s.stage_timeout - 15)
+def _timeout_s(options: Options) -> float:
+    """Each rank's own watchdog: a little under the launcher's limit, so a hung rank reports itself."""
+    return max(30.0, options.stage_timeout - 15)
 
 
-def _horovod(ctx: ClusterContext, run: RemoteHosts, s: StageOptions, python: str, path: str, gpus: bool,
+def _training_args(options: Options) -> list[str]:
+    """What the Horovod and DDP jobs are told: 2 epochs of --smoke-steps steps, and their watchdog."""
+    return ["--epochs", "2", "--steps", str(options.smoke_steps), "--timeout-s", f"{_timeout_s(options):g}"]
+
+
+def _horovod(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, path: str, gpus: bool,
              r: Run) -> None:
-    program = [python, path, "--epochs", "2", "--steps", str(s.smoke_steps), "--timeout-s", f"{_timeout_s(s):g}"]
-    r.done = jobs.mpirun(ctx, run, r.lay, program, jobs.rank_env(gpus), s.stage_timeout)
-    _judge(r, wl.parse_results(r.done.stdout), "smoke_horovod_keras")
+    program = [python, path, *_training_args(options)]
+    r.done = jobs.mpirun(ctx, run, r.lay, program, jobs.rank_env(gpus), options.stage_timeout)
+    _judge(r, parse_results(r.done.stdout), "smoke_horovod_keras")
 
 
 def _judge(r: Run, rows: list[dict[str, Any]], workload: str) -> None:
-    r.verdict = wl.judge_smoke(rows, r.ranks, workload)
+    r.verdict = judge_smoke(rows, r.ranks, workload)
     r.throughput = r.verdict.get("samples_per_s_total")
     if not r.passed:
         r.blamed = jobs.blame_ranks(r.verdict, r.lay, bool(r.done and r.done.timed_out))
@@ -159,34 +168,35 @@ def _combined(parts: list[Remote]) -> Remote:
     return out
 
 
-def _torch(ctx: ClusterContext, run: RemoteHosts, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+def _torch(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, path: str, gpus: bool, r: Run) -> None:
     torchrun = python.rsplit("/", 1)[0] + "/torchrun"
     master = address(ctx, r.lay.slots[0][0], data=False)
-    args = ["--epochs", "2", "--steps", str(s.smoke_steps), "--timeout-s", f"{_timeout_s(s):g}"]
+    args = _training_args(options)
     starts = []
     for i, (node, k) in enumerate(r.lay.slots):
         argv = launch.torchrun_command(path, args, nnodes=len(r.lay.slots), node_rank=i, nproc_per_node=k,
                                        master_addr=master, master_port=TORCH_PORT, torchrun=torchrun)
         starts.append((node, command(argv, env=jobs.rank_env(gpus))))
-    parts = _start_all(run, starts, s.stage_timeout)
+    parts = _start_all(run, starts, options.stage_timeout)
     r.done = _combined(parts)
-    _judge(r, wl.parse_results(r.done.stdout), "smoke_torch_ddp")
+    _judge(r, parse_results(r.done.stdout), "smoke_torch_ddp")
 
 
-def _ps(ctx: ClusterContext, run: RemoteHosts, s: StageOptions, python: str, path: str, gpus: bool, r: Run) -> None:
+def _ps(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, path: str, gpus: bool, r: Run) -> None:
     by_address = {address(ctx, n, data=False): n for n, _ in r.lay.slots}
     hosts = list(by_address)
     workers = r.lay.slots[0][1]  # workers per host: one per GPU (one on CPU nodes); the 1-rank run: 1
     tasks = launch.plan_ps_cluster(hosts, PS_PORT, num_ps=1, workers_per_host=workers)
-    steps = max(20, 3 * s.smoke_steps)
-    args = ["--steps", str(steps), "--timeout-s", f"{_timeout_s(s):g}", "--chief-wait-s", f"{_timeout_s(s):g}"]
+    steps = max(20, 3 * options.smoke_steps)
+    watchdog = f"{_timeout_s(options):g}"
+    args = ["--steps", str(steps), "--timeout-s", watchdog, "--chief-wait-s", watchdog]
     starts = [(by_address[t.host], command([python, path, *args], env=t.env(jobs.rank_env(gpus)))) for t in tasks]
-    parts = _start_all(run, starts, s.stage_timeout)
+    parts = _start_all(run, starts, options.stage_timeout)
     r.done = _combined(parts)
     expected = {"chief": 1, "worker": sum(1 for t in tasks if t.role == "worker"),
                 "ps": sum(1 for t in tasks if t.role == "ps")}
-    rows = wl.parse_results(r.done.stdout)
-    verdict = wl.judge_ps(rows, expected)
+    rows = parse_results(r.done.stdout)
+    verdict = judge_ps(rows, expected)
     chief = next((row for row in rows if row.get("role") == "chief"), {})
     verdict.update(hosts=sorted({str(row.get("hostname")) for row in rows if row.get("hostname")}),
                    weights_majority=chief.get("weights_sha256"), loss_first=chief.get("loss_first"),
@@ -201,7 +211,7 @@ def _ps(ctx: ClusterContext, run: RemoteHosts, s: StageOptions, python: str, pat
             r.blamed = {n: "a parameter-server task there failed" for n in bad}
 
 
-def _smoke_result(check: str, framework: str, runs: list[Run], gpus: bool, left_out: dict[str, str],
+def _smoke_result(check: str, framework: str, runs: list[Run], gpus: bool, tail: str,
                   duration: float) -> ClusterResult:
     measured = {r.label: {"ranks": r.ranks, "passed": r.passed, "samples_per_s": r.throughput,
                           "wall_s": round(r.done.wall_s, 1) if r.done else None,
@@ -218,7 +228,7 @@ def _smoke_result(check: str, framework: str, runs: list[Run], gpus: bool, left_
         return ClusterResult(check, Status.PASS, measured, expected,
                              f"{framework} on {last.ranks} {device} {who} over {len(last.lay.slots)} node(s): "
                              f"{losses}; " + ", ".join(f"{r.label} {_tp(r.throughput)}" for r in runs)
-                             + left_out_text(left_out), evidence=evidence, duration_s=duration)
+                             + tail, evidence=evidence, duration_s=duration)
     reasons = list(bad.verdict.get("reasons") or [])
     if bad.done is not None and not bad.done.ok:
         reasons.append(f"launcher: {bad.done.describe()}")
@@ -227,7 +237,7 @@ def _smoke_result(check: str, framework: str, runs: list[Run], gpus: bool, left_
     text = f"{framework} at {bad.label} ({bad.ranks} rank(s)): " + "; ".join(reasons[:6])
     if skipped:
         text += f"; not run: {', '.join(skipped)}"
-    return ClusterResult(check, status, measured, expected, text + left_out_text(left_out), REMEDIATION, evidence,
+    return ClusterResult(check, status, measured, expected, text + tail, REMEDIATION, evidence,
                          duration, nodes=bad.blamed if status == Status.FAIL else {})
 
 
@@ -255,7 +265,7 @@ def _reference_text() -> str:
                      for ref in REFERENCES)
 
 
-def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, s: StageOptions) -> ClusterResult:
+def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, options: Options) -> ClusterResult:
     single = runs[0]
     label = framework + ("" if gpus else " (CPU ranks)")
     refs = [{k: ref[k] for k in ("name", "gpus", "speedup", "efficiency", "source")} for ref in REFERENCES]
@@ -272,7 +282,7 @@ def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, s
     for r in runs[1:]:
         if not r.passed or not r.throughput:
             continue
-        sc = wl.scaling(single.throughput, r.throughput, r.ranks)
+        sc = scaling(single.throughput, r.throughput, r.ranks)
         point = {"label": label, "gpus": r.ranks, "throughput": round(r.throughput, 3),
                  "efficiency": sc["efficiency"], "speedup": sc["speedup"], "unit": UNIT, "run": r.label}
         ctx.scaling.append(point)
@@ -289,7 +299,7 @@ def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, s
     if not gpus:
         text += ("; CPU ranks sharing CPU nodes measure the plumbing (launcher, collectives, network) of a small "
                  "model, not GPU training speed")
-    minimum = s.scaling_efficiency_min
+    minimum = options.scaling_efficiency_min
     expected = f">= {minimum:.0%}" if minimum else None
     if minimum and top["efficiency"] is not None and top["efficiency"] < minimum:
         return ClusterResult(SCALING, Status.WARN, measured, expected, f"efficiency below {minimum:.0%}: " + text,

@@ -1,13 +1,15 @@
-"""Run one command on one host over SSH (Fabric, with the inventory's key and known_hosts), for the
-cluster stages after the fan-out: a benchmark client, an `mpirun` on the launcher node, a file copy.
+"""The one SSH layer of `gpucheck cluster` (Fabric, with the inventory's user, key and known_hosts):
+connecting to a host and saying why that failed, the fan-out's set of open connections, and for the
+stages after it one command, one file copy or one background command on one host (a benchmark
+client, an `mpirun` on the launcher node, a benchmark server).
 
 Nothing here raises: a host that cannot be reached, refuses our key, or a command that overruns is a
-`Remote` with `error` set. Every command runs under the node's coreutils `timeout` (when it has one),
-so a hung command is killed on the node itself, not only abandoned by us: closing an SSH channel does
-not end a process started without a terminal.
+`Remote` with `error` set. Every command runs under the node's coreutils `timeout` (`limited`, when
+the node has it), so a hung command is killed on the node itself, not only abandoned by us: closing
+an SSH channel does not end a process started without a terminal.
 
-`start` runs a command in the background (a benchmark server): the caller waits for a line it prints
-(`wait_for`), then for its end (`wait`), or kills it (`kill`: its whole process group on the node).
+`start` runs a command in the background (ssh_background.Background): the caller waits for a line it
+prints (`wait_for`), then for its end (`wait`), or kills it (`kill`: its whole process group).
 
 Commands are shell strings: build them with `command()` (every word quoted with shlex) from argv
 lists, never by pasting inventory values into a string."""
@@ -16,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -25,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..model import Status
 from .context import Options
 from .inventory import Host
+from .ssh_background import PID_MARK, Background
 
 GRACE_S = 8.0  # the node's own `timeout -k 5` ends the command first; ours fires this much later
 TAIL_CHARS = 4000
-PID_MARK = "gpucheck-remote-pid"
-_PID_LINE = re.compile(rf"^{PID_MARK} (\d+)$", re.M)
+TIMEOUT_EXITS = (124, 137)  # what `limited`'s coreutils timeout exits with: it sent TERM, then KILL
 
 
 def command(argv: Sequence[str | int | float], env: Mapping[str, str] | None = None) -> str:
@@ -104,6 +107,11 @@ class Remote:
         return self.kind == "timeout"
 
     @property
+    def killed_on_node(self) -> bool:
+        """The node's own `timeout` (see `limited`) ended the command."""
+        return self.exit in TIMEOUT_EXITS
+
+    @property
     def output(self) -> str:
         return "\n".join(x.rstrip() for x in (self.stdout, self.stderr) if x.strip())
 
@@ -123,27 +131,148 @@ class Remote:
         return head + tail(self.output)
 
 
-def _open(host: Host, options: Options) -> tuple[Any, Remote | None]:
-    """A connected Fabric Connection, or (None, the Remote saying why not)."""
-    from . import fanout
+# ---------------------------------------------------------------- connecting
 
+
+class UnknownHostKey(Exception):
+    def __init__(self, hostname: str, key: Any):
+        super().__init__(f"{hostname} {key.get_name()} {key.get_base64()[:16]}...")
+        self.hostname = hostname
+        self.key = key
+
+
+def _policies() -> tuple[Any, Any]:
+    from paramiko import MissingHostKeyPolicy
+
+    class RefuseUnknown(MissingHostKeyPolicy):
+        """Unknown host: refused, and never written anywhere (no AutoAdd)."""
+
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            raise UnknownHostKey(hostname, key)
+
+    class AcceptUnknownOnce(MissingHostKeyPolicy):
+        """StrictHostKeyChecking=no: this connection only; nothing is saved. Changed keys stay refused
+        (paramiko raises BadHostKeyException before asking a policy)."""
+
+    return RefuseUnknown(), AcceptUnknownOnce()
+
+
+REFUSE_UNKNOWN, ACCEPT_UNKNOWN_ONCE = _policies()
+
+
+def connect_timeout(host: Host, options: Options) -> float:
+    """Seconds to wait for TCP, the SSH banner and authentication: the host's own, else the run's."""
+    return host.connect_timeout or options.connect_timeout
+
+
+def connection(host: Host, options: Options) -> Any:
+    """A Fabric Connection to `host`, not yet open: the inventory's user, port, key and known_hosts
+    (read, never written), unknown host keys refused unless the host's ssh options accept them."""
+    from fabric import Connection
+
+    timeout = connect_timeout(host, options)
+    kwargs: dict[str, Any] = {"banner_timeout": timeout, "auth_timeout": timeout}
+    if host.key_file:
+        # the inventory names the key: use it (and the agent), not every key in ~/.ssh
+        kwargs.update(key_filename=host.key_file, look_for_keys=False)
+    conn = Connection(host.address, user=host.user, port=host.port, connect_timeout=max(1, math.ceil(timeout)),
+                      connect_kwargs=kwargs, gateway=host.proxy_command)
+    conn.client.set_missing_host_key_policy(REFUSE_UNKNOWN if host.strict_host_key_checking
+                                            else ACCEPT_UNKNOWN_ONCE)
+    for path in host.known_hosts:
+        with contextlib.suppress(OSError):  # a missing known_hosts file is no key, as for ssh
+            conn.client.load_system_host_keys(path)  # read-only: never saved back
+    return conn
+
+
+def classify_connect_error(host: Host, exc: BaseException, timeout: float) -> tuple[Status, str, str]:
+    """(status, kind, reason) for an exception raised while connecting. A host that does not answer
+    fails (the node is the problem); a refused key or a broken handshake is an error (ours to fix)."""
+    from paramiko.ssh_exception import (
+        AuthenticationException,
+        BadHostKeyException,
+        NoValidConnectionsError,
+        PasswordRequiredException,
+        SSHException,
+    )
+
+    where = f"{host.address}:{host.port}"
+    if isinstance(exc, UnknownHostKey):
+        return (Status.ERROR, "host-key",
+                f"host key of {exc.hostname} is not in known_hosts ({', '.join(host.known_hosts) or 'none'}): "
+                "refused, not added; check its fingerprint and add it (ssh-keyscan)")
+    if isinstance(exc, BadHostKeyException):
+        return (Status.ERROR, "host-key", f"host key of {where} does not match known_hosts (reinstalled node, "
+                "or someone in the middle): refused")
+    if isinstance(exc, PasswordRequiredException):
+        return Status.ERROR, "auth", f"key file {host.key_file} needs a passphrase: use ssh-agent"
+    if isinstance(exc, AuthenticationException):
+        key = f" with key {host.key_file}" if host.key_file else ""
+        return Status.ERROR, "auth", f"authentication failed as {host.user}@{where}{key}: {exc}"
+    if isinstance(exc, NoValidConnectionsError):
+        errors = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
+        return Status.FAIL, "unreachable", f"unreachable: {where}: {errors.lower()}"
+    if isinstance(exc, socket.gaierror):
+        return Status.FAIL, "unreachable", f"unreachable: cannot resolve {host.address}: {exc.strerror}"
+    if isinstance(exc, TimeoutError):
+        return Status.FAIL, "unreachable", f"unreachable: {where}: no answer within {timeout:g} s"
+    if isinstance(exc, SSHException | EOFError):
+        return Status.ERROR, "ssh", f"SSH handshake with {where} failed: {exc or type(exc).__name__}"
+    if isinstance(exc, OSError):
+        return Status.FAIL, "unreachable", f"unreachable: {where}: {(exc.strerror or str(exc)).lower()}"
+    return Status.ERROR, "ssh", f"cannot connect to {where}: {type(exc).__name__}: {exc}"
+
+
+class Connections:
+    """The open connections, so an interrupted run can close them all (their reads then return)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open: set[Any] = set()
+        self.cancelled = False
+
+    def add(self, conn: Any) -> bool:
+        with self.lock:
+            if self.cancelled:
+                return False
+            self.open.add(conn)
+            return True
+
+    def discard(self, conn: Any) -> None:
+        with self.lock:
+            self.open.discard(conn)
+
+    def close_all(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            conns = list(self.open)
+        for conn in conns:
+            close_quietly(conn)
+
+
+def close_quietly(thing: Any) -> None:
+    """Close a connection or channel that may already be gone."""
+    if thing is not None:
+        with contextlib.suppress(Exception):
+            thing.close()
+
+
+def _open(host: Host, options: Options, what: str) -> tuple[Any, Remote | None]:
+    """A connected Fabric Connection, or (None, the Remote of `what` saying why not)."""
     conn = None
     began = time.monotonic()
     try:
-        conn = fanout._connection(host, options)
+        conn = connection(host, options)
         conn.open()
         return conn, None
     except Exception as exc:
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
-        _, kind, reason = fanout._connect_error(host, exc, host.connect_timeout or options.connect_timeout)
-        return None, Remote(host.name, "", error=f"{host.name}: {reason}", kind=kind,
+        close_quietly(conn)
+        _, kind, reason = classify_connect_error(host, exc, connect_timeout(host, options))
+        return None, Remote(host.name, what, error=f"{host.name}: {reason}", kind=kind,
                             wall_s=time.monotonic() - began)
 
 
-def _timed_out_exit(exit_code: int | None) -> bool:
-    return exit_code in (124, 137)  # coreutils timeout: TERM, then KILL
+# ---------------------------------------------------------------- one command, one file
 
 
 def run(host: Host, options: Options, cmd: str, timeout: float) -> Remote:
@@ -151,9 +280,8 @@ def run(host: Host, options: Options, cmd: str, timeout: float) -> Remote:
     from invoke.exceptions import CommandTimedOut
 
     began = time.monotonic()
-    conn, failed = _open(host, options)
+    conn, failed = _open(host, options, cmd)
     if failed:
-        failed.command = cmd
         return failed
     try:
         try:
@@ -163,15 +291,14 @@ def run(host: Host, options: Options, cmd: str, timeout: float) -> Remote:
             return Remote(host.name, cmd, exc.result.stdout, exc.result.stderr, None,
                           f"{host.name}: no answer within {timeout:g} s", "timeout", time.monotonic() - began)
         result = Remote(host.name, cmd, done.stdout, done.stderr, done.exited, wall_s=time.monotonic() - began)
-        if _timed_out_exit(done.exited):
+        if result.killed_on_node:
             result.error, result.kind = f"{host.name}: did not finish within {timeout:g} s (killed)", "timeout"
         return result
     except Exception as exc:  # the connection dropped mid-command
         return Remote(host.name, cmd, error=f"{host.name}: SSH session failed: {type(exc).__name__}: {exc}",
                       kind="ssh", wall_s=time.monotonic() - began)
     finally:
-        with contextlib.suppress(Exception):
-            conn.close()
+        close_quietly(conn)
 
 
 def put(host: Host, options: Options, local: str | Path, remote_dir: str, timeout: float = 60.0,
@@ -190,9 +317,8 @@ def put(host: Host, options: Options, local: str | Path, remote_dir: str, timeou
     if not made.ok:
         made.command = what
         return made
-    conn, failed = _open(host, options)
+    conn, failed = _open(host, options, what)
     if failed:
-        failed.command = what
         return failed
     try:
         try:
@@ -221,137 +347,26 @@ def put(host: Host, options: Options, local: str | Path, remote_dir: str, timeou
         return Remote(host.name, what, error=f"{host.name}: cannot copy {local.name} to {target}: "
                       f"{type(exc).__name__}: {exc}", kind="copy", wall_s=time.monotonic() - began)
     finally:
-        with contextlib.suppress(Exception):
-            conn.close()
-
-
-class Background:
-    """A command started on a host and left running (a benchmark server). Use `start()`."""
-
-    def __init__(self, host: Host, options: Options, cmd: str, timeout: float):
-        self.host, self.cmd, self.timeout = host, cmd, timeout
-        self.began = time.monotonic()
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
-        self.lock = threading.Condition()
-        self.eof = {"out": False, "err": False}
-        self.failed: Remote | None = None
-        self.channel: Any = None
-        self.killed = False
-        self.conn, self.failed = _open(host, options)
-        if self.failed:
-            self.failed.command = cmd
-            return
-        try:
-            self.channel = self.conn.client.get_transport().open_session()
-            self.channel.exec_command(limited(cmd, timeout, announce_pid=True))
-        except Exception as exc:
-            self.failed = Remote(host.name, cmd, error=f"{host.name}: cannot start the command: "
-                                 f"{type(exc).__name__}: {exc}", kind="ssh")
-            self.close()
-            return
-        for stream, reader in (("out", self.channel.recv), ("err", self.channel.recv_stderr)):
-            threading.Thread(target=self._pump, args=(stream, reader), daemon=True,
-                             name=f"gpucheck-bg-{host.name}-{stream}").start()
-
-    def _pump(self, stream: str, reader: Any) -> None:
-        sink = self.stdout if stream == "out" else self.stderr
-        while True:
-            try:
-                data = reader(65536)
-            except Exception:
-                data = b""
-            with self.lock:
-                if data:
-                    sink.append(data.decode("utf-8", "replace"))
-                else:
-                    self.eof[stream] = True
-                self.lock.notify_all()
-            if not data:
-                return
-
-    def text(self, stream: str = "out") -> str:
-        with self.lock:
-            return "".join(self.stdout if stream == "out" else self.stderr)
-
-    def wait_for(self, needle: str, timeout: float) -> bool:
-        """True as soon as stdout holds `needle`; False when the command ended or `timeout` passed first."""
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while True:
-                if self.failed:
-                    return False
-                if needle in "".join(self.stdout):
-                    return True
-                if self.eof["out"]:
-                    return False
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.lock.wait(min(left, 0.5))
-
-    def pid(self) -> int | None:
-        found = _PID_LINE.search(self.text("err"))
-        return int(found.group(1)) if found else None
-
-    def wait(self, timeout: float | None = None) -> Remote:
-        """Wait for the end (at most `timeout`, default what is left of the start's limit); an
-        overrunning command is killed. Never raises."""
-        if self.failed:
-            return self.failed
-        left = self.timeout + GRACE_S - (time.monotonic() - self.began)
-        limit = max(0.0, left if timeout is None else min(timeout, left))
-        ended = self.channel.status_event.wait(limit)
-        if not ended:
-            self.kill()
-            self.channel.status_event.wait(5)
-        with self.lock:  # the readers see EOF shortly after the exit status
-            deadline = time.monotonic() + 2
-            while not all(self.eof.values()) and time.monotonic() < deadline:
-                self.lock.wait(0.2)
-        stderr = _PID_LINE.sub("", self.text("err")).lstrip("\n")
-        result = Remote(self.host.name, self.cmd, self.text("out"), stderr, wall_s=time.monotonic() - self.began)
-        if ended:
-            result.exit = self.channel.recv_exit_status()
-            if _timed_out_exit(result.exit):
-                result.error, result.kind = f"{self.host.name}: did not finish within {self.timeout:g} s", "timeout"
-            elif self.killed:
-                result.error, result.kind = f"{self.host.name}: stopped (its partner had failed)", "killed"
-        else:
-            result.error, result.kind = f"{self.host.name}: did not finish within {limit:g} s (killed)", "timeout"
-        self.close()
-        return result
-
-    def kill(self) -> None:
-        """End the command's process group on the node (TERM; the node's timeout KILLs 5 s later)."""
-        if self.killed or self.failed:
-            return
-        self.killed = True
-        pid = self.pid()
-        if pid and self.conn is not None:
-            kill = f"kill -TERM -- -{pid} 2>/dev/null || kill -TERM {pid} 2>/dev/null; true"
-            with contextlib.suppress(Exception):
-                self.conn.run(kill, hide=True, warn=True, in_stream=False, pty=False, timeout=15)
-
-    def close(self) -> None:
-        for thing in (self.channel, self.conn):
-            if thing is not None:
-                with contextlib.suppress(Exception):
-                    thing.close()
+        close_quietly(conn)
 
 
 def start(host: Host, options: Options, cmd: str, timeout: float) -> Background:
     """Start `cmd` on `host`; it is killed on the node after `timeout` seconds. Never raises (a
     failure to connect or start is kept, and returned by `wait`)."""
+    began = time.monotonic()
+    conn, failed = _open(host, options, cmd)
+    if failed:
+        return Background.not_started(failed)
+    channel = None
     try:
-        return Background(host, options, cmd, timeout)
-    except Exception as exc:  # a bug, not a host problem: still this host's result
-        bg = Background.__new__(Background)
-        bg.host, bg.cmd, bg.timeout, bg.began = host, cmd, timeout, time.monotonic()
-        bg.stdout, bg.stderr, bg.lock = [], [], threading.Condition()
-        bg.eof, bg.channel, bg.conn, bg.killed = {"out": True, "err": True}, None, None, False
-        bg.failed = Remote(host.name, cmd, error=f"{host.name}: {type(exc).__name__}: {exc}", kind="ssh")
-        return bg
+        channel = conn.client.get_transport().open_session()
+        channel.exec_command(limited(cmd, timeout, announce_pid=True))
+        return Background(Remote(host.name, cmd), timeout, began, GRACE_S, conn, channel)
+    except Exception as exc:
+        close_quietly(channel)
+        close_quietly(conn)
+        return Background.not_started(Remote(host.name, cmd, error=f"{host.name}: cannot start the command: "
+                                             f"{type(exc).__name__}: {exc}", kind="ssh"))
 
 
 class RemoteHosts:

@@ -1,53 +1,72 @@
-"""The cluster stages, in the order they run. A stage is a function (ClusterContext) -> list[Result]
-run after the fan-out; the report is rewritten after each one, so a later stage that hangs or
-crashes loses nothing that came before it.
+"""The cluster stages, in the order they run: the one list of them (the command line's --stages names
+come from it). A stage is a function (ClusterContext) -> list[Result] run after the fan-out; the
+report is rewritten after each one, so a later stage that hangs or crashes loses nothing before it.
 
-Extension points for the lab stages (issue 5, second half), inserted between consistency and
-stragglers so their figures are compared too:
-  ("network", ...)  pairs from schedule.round_robin/sample over ctx.usable(), each round in parallel;
-                    slow pairs re-tested with schedule.suspects/blame; appends ctx.pairs
-                    ({"a", "b", "value", "unit", "status"}) and per-node figures to ctx.figures
-  ("mpi", ...)      MPI hello across ctx.usable(): every rank reports its host
-  ("nccl", ...)     multi-node all-reduce bus bandwidth against the profile
-  ("smoke", ...)    distributed training; appends ctx.scaling ({"label", "gpus", "throughput", "efficiency"})
-"""
+The network, mpi, allreduce and smoke stages sit between consistency and stragglers so the figures
+they add to ctx.figures are compared too. Each stage's module is imported when the stage runs:
+`gpucheck --help` reads the names only."""
 
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Callable
 
 from ..model import Result, Status
-from . import consistency, stragglers
-from .allreduce import allreduce_stage
 from .context import ClusterContext, ClusterResult
-from .mpi import mpi_stage
-from .network import network_stage
-from .smoke import smoke_stage
 
 Stage = Callable[[ClusterContext], list[Result]]
 
 
-def consistency_stage(ctx: ClusterContext) -> list[Result]:
-    return list(consistency.compare({n: ctx.nodes[n].facts or {} for n in ctx.checked()}))
+def consistency(ctx: ClusterContext) -> list[Result]:
+    """Do the nodes agree (versions, GPU models, the profile they chose)?"""
+    from .consistency import compare
+
+    return list(compare({n: ctx.nodes[n].facts or {} for n in ctx.checked()}))
 
 
-def straggler_stage(ctx: ClusterContext) -> list[Result]:
-    figures = stragglers.node_figures({n: ctx.nodes[n].report or {} for n in ctx.checked()})
+def network(ctx: ClusterContext) -> list[Result]:
+    from .network import network_stage
+
+    return network_stage(ctx)
+
+
+def mpi(ctx: ClusterContext) -> list[Result]:
+    from .mpi import mpi_stage
+
+    return mpi_stage(ctx)
+
+
+def allreduce(ctx: ClusterContext) -> list[Result]:
+    from .allreduce import allreduce_stage
+
+    return allreduce_stage(ctx)
+
+
+def smoke(ctx: ClusterContext) -> list[Result]:
+    from .smoke import smoke_stage
+
+    return smoke_stage(ctx)
+
+
+def stragglers(ctx: ClusterContext) -> list[Result]:
+    """Nodes below the fleet median of a figure: their own benchmarks and what the stages measured."""
+    from .stragglers import find, node_figures
+
+    figures = node_figures({n: ctx.nodes[n].report or {} for n in ctx.checked()})
     for metric, values in ctx.figures.items():
         figures.setdefault(metric, {}).update(values)
-    return list(stragglers.find(figures, ctx.options.straggler_fraction))
+    return list(find(figures, ctx.options.straggler_fraction))
 
 
 STAGES: list[tuple[str, Stage]] = [
-    ("consistency", consistency_stage),
-    ("network", network_stage),
-    ("mpi", mpi_stage),
-    ("allreduce", allreduce_stage),
-    ("smoke", smoke_stage),
-    ("stragglers", straggler_stage),
+    ("consistency", consistency),
+    ("network", network),
+    ("mpi", mpi),
+    ("allreduce", allreduce),
+    ("smoke", smoke),
+    ("stragglers", stragglers),
 ]
+STAGE_NAMES = tuple(name for name, _ in STAGES)
 
 
 def run_stage(name: str, stage: Stage, ctx: ClusterContext) -> list[Result]:
@@ -56,6 +75,8 @@ def run_stage(name: str, stage: Stage, ctx: ClusterContext) -> list[Result]:
     try:
         results = stage(ctx)
     except Exception as exc:
+        import traceback  # only for a crash: `gpucheck --help` loads this module too
+
         results = [ClusterResult(f"cluster.{name}", Status.ERROR,
                                  reason=f"stage crashed: {type(exc).__name__}: {exc}", evidence=traceback.format_exc())]
     ctx.timings[name] = round(time.monotonic() - began, 3)

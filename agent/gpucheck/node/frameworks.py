@@ -1,143 +1,24 @@
 """Framework checks: TensorFlow, Horovod and PyTorch as each stack's own interpreter sees them.
 
 The verdict comes from the frameworks themselves (`tf.test.is_built_with_cuda()`, `hvd.nccl_built()`,
-`torch.cuda.device_count()`, ...), asked by workloads/probe_frameworks.py run as a file by the stack's
-python. `horovodrun --check-build` is kept as evidence only: it has been seen listing PyTorch as built
-in a virtualenv without torch.
+`torch.cuda.device_count()`, ...), asked by probe_frameworks.py, which framework_probe.py runs with
+each stack's python. `horovodrun --check-build` is kept as evidence only: it has been seen listing
+PyTorch as built in a virtualenv without torch.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from ..config import Stack
-from ..model import Result, Status, truncate, worst
-from ..parsers import ParseError, parse
-from ..process import run, which
+from ..model import Result, Status, worst
 from ..profiles import Profile
 from ..versions import version_tuple
-from . import Check, Context
-from .libraries import CONFIG_HINT, nccl_version
+from . import Check, framework_probe
+from .cuda_arch import coverage, parse_arch
+from .framework_records import GPU_FRAMEWORKS, gpu_problem
 from .per_gpu import live_gpus
-
-PROBE = Path(__file__).resolve().parent.parent / "workloads" / "probe_frameworks.py"
-MARK = "GPUCHECK_PROBE "
-NAMES = {"tensorflow": "TensorFlow", "horovod": "Horovod", "torch": "PyTorch"}
-BINDINGS = ("tensorflow", "torch")
-INSTALL_HINT = "install or repair the stack (site.yml --tags frameworks) and check /etc/gpucheck/node.yaml"
-
-
-# ---------------------------------------------------------------------------------------------
-# Collection
-# ---------------------------------------------------------------------------------------------
-
-def probe_env(stack: Stack) -> dict[str, str]:
-    """The agent's environment, plus what a single-process hvd.init() needs as root, and every GPU."""
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)  # compare with every GPU NVML sees
-    env.pop("PYTHONHOME", None)
-    bindir = str(Path(stack.python).parent)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")  # as if the virtualenv were activated
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-def parse_probe_output(stdout: str) -> dict[str, Any]:
-    """The probe's marked lines -> {"tensorflow": rec, "torch": rec, "horovod": {binding: rec}, ...}.
-
-    Later records replace earlier ones (Horovod prints itself before and after hvd.init())."""
-    probe: dict[str, Any] = {"horovod": {}}
-    for line in stdout.splitlines():
-        if not line.startswith(MARK):
-            continue
-        try:
-            record = json.loads(line[len(MARK):])
-        except ValueError:
-            continue
-        name = record.get("framework")
-        if name == "horovod":
-            probe["horovod"][record.get("binding") or "-"] = record
-        elif isinstance(name, str):
-            probe[name] = record
-    return probe
-
-
-def check_build(stack: Stack, env: dict[str, str], timeout: float) -> dict[str, Any] | None:
-    horovodrun = Path(stack.python).parent / "horovodrun"
-    if not horovodrun.exists():
-        return None
-    done = run([str(horovodrun), "--check-build"], timeout=timeout, env=env)
-    result: dict[str, Any] = {"path": str(horovodrun), "rc": done.returncode, "output": truncate(done.output, 2000)}
-    if not done.ok:
-        result["error"] = done.describe_failure()
-    try:
-        result["parsed"] = parse("horovod-build", done.stdout)
-    except ParseError as exc:
-        result["parse_error"] = str(exc)
-    return result
-
-
-def probe_stack(stack: Stack, timeout: float) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": stack.name, "python": stack.python, "frameworks": list(stack.frameworks),
-                             "probe": {"horovod": {}}, "error": None, "harness": False}
-    if not stack.frameworks:
-        return entry
-    if not os.access(stack.python, os.X_OK) and not (os.sep not in stack.python and which(stack.python)):
-        entry["error"] = f"the stack's python {stack.python} does not exist or is not executable"
-        return entry
-    env = probe_env(stack)
-    done = run([stack.python, str(PROBE), "--frameworks", ",".join(stack.frameworks)], timeout=timeout, env=env)
-    entry["duration_s"] = round(done.duration_s, 2)
-    entry["stderr"] = truncate(done.stderr, 2000)
-    entry["probe"] = parse_probe_output(done.stdout)
-    if "_done" not in entry["probe"]:
-        pending = _pending(entry["probe"], stack.frameworks)
-        where = f" while probing {pending}" if pending else ""
-        if done.timed_out:
-            entry["error"] = f"the probe did not finish within {timeout:g} s{where} (killed)"
-            entry["harness"] = True
-        elif done.not_found:
-            entry["error"] = f"cannot run {stack.python}: {done.stderr.strip()}"
-        elif done.returncode is not None and done.returncode < 0:
-            entry["error"] = f"the probe was killed by signal {-done.returncode}{where}"
-        else:
-            entry["error"] = f"the probe ended early{where}: {done.describe_failure()}"
-            entry["harness"] = "_probe" not in entry["probe"]  # never started: the interpreter is broken
-    if "horovod" in stack.frameworks:
-        entry["check_build"] = check_build(stack, env, timeout)
-    return entry
-
-
-def _pending(probe: dict[str, Any], frameworks: list[str]) -> str | None:
-    """The framework the probe was busy with when it stopped."""
-    for hvd in probe.get("horovod", {}).values():
-        if hvd.get("import_ok") and hvd.get("init") is None:
-            return f"horovod.{hvd.get('binding')} (hvd.init())"
-    for name in ("tensorflow", "torch", "horovod"):
-        if name in frameworks and not (probe.get(name) if name != "horovod" else probe.get("horovod")):
-            return name
-    return None
-
-
-def collect(ctx: Context) -> dict[str, Any]:
-    stacks = ctx.config.stacks
-    if not stacks:
-        return {"configured": False, "stacks": []}
-    with ThreadPoolExecutor(max_workers=min(4, len(stacks))) as pool:
-        results = list(pool.map(lambda s: probe_stack(s, ctx.timeout), stacks))
-    return {"configured": True, "stacks": results}
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluation
-# ---------------------------------------------------------------------------------------------
+from .stacks import BINDINGS, CONFIG_HINT, HOROVOD, NAMES, TENSORFLOW, TORCH
+from .version_codes import nccl_version
 
 Finding = tuple[Status, str]
 
@@ -191,9 +72,12 @@ def _nvml_gpus(f: dict[str, Any]) -> int | None:
     return len(live_gpus(nvml)) if nvml else None
 
 
-def tensorflow(f: dict[str, Any], p: Profile) -> Result:
-    check = "frameworks.tensorflow"
-    gated, stacks = _gate(check, "tensorflow", f, p)
+def gpu_framework(name: str, f: dict[str, Any], p: Profile) -> Result:
+    """frameworks.tensorflow / frameworks.torch: it imports in every stack that lists it and, where the
+    profile wants GPUs, is a CUDA build that sees every GPU NVML reports."""
+    check = f"frameworks.{name}"
+    framework = GPU_FRAMEWORKS[name]
+    gated, stacks = _gate(check, name, f, p)
     if gated:
         return gated
     gpu_required = bool(p.get("frameworks", "gpu_required", False))
@@ -201,80 +85,28 @@ def tensorflow(f: dict[str, Any], p: Profile) -> Result:
     findings: list[Finding] = []
     ok, measured = [], {}
     for stack in stacks:
-        record, problem = _record(stack, "tensorflow")
+        record, problem = _record(stack, name)
         if problem:
             findings.append(problem)
             continue
-        info = record.get("build_info") or {}
-        errors = record.get("errors") or {}
-        measured[stack["name"]] = {"version": record.get("version"), "gpus": record.get("gpus"),
-                                   "built_with_cuda": record.get("built_with_cuda"),
-                                   "cuda_version": info.get("cuda_version"), "cudnn_version": info.get("cudnn_version")}
-        label = f"stack {stack['name']}: TensorFlow {record.get('version')}"
-        if gpu_required:
-            if record.get("built_with_cuda") is not True:
-                why = errors.get("built_with_cuda") or "a CPU-only build (tensorflow-cpu?)"
-                findings.append((Status.FAIL, f"{label} was not built with CUDA: {why}"))
-                continue
-            if "gpus" in errors:
-                findings.append((Status.FAIL, f"{label}: list_physical_devices('GPU') failed: {errors['gpus']}"))
-                continue
-            seen = record.get("gpus") or 0
-            if nvml_gpus is not None and seen < nvml_gpus:
-                findings.append((Status.FAIL, f"{label} sees {seen} of the {nvml_gpus} GPUs NVML reports"))
-                continue
-        cuda = f", CUDA {info['cuda_version']}, cuDNN {info.get('cudnn_version')}" if info.get("cuda_version") else ""
-        ok.append(f"{label}{cuda}, sees {record.get('gpus')} GPU(s)")
+        measured[stack["name"]] = framework.measured(record)
+        label = f"stack {stack['name']}: {NAMES[name]} {record.get('version')}"
+        cannot = gpu_problem(framework, record, nvml_gpus) if gpu_required else None
+        if cannot:
+            findings.append((Status.FAIL, label + cannot))
+            continue
+        ok.append(f"{label}{framework.build(record)}, sees {record.get(framework.gpus_key)} GPU(s)")
         findings.append((Status.PASS, ""))
-    expected = {"gpus": nvml_gpus, "built_with_cuda": True} if gpu_required else "imports"
-    return _result(check, findings, measured, expected, ok,
-                   "install the CUDA build of TensorFlow (tensorflow[and-cuda]) matching the driver; check "
-                   "that the CUDA libraries it needs load (libs.* checks) and that CUDA_VISIBLE_DEVICES is unset; "
-                   + INSTALL_HINT)
+    expected = {framework.gpus_key: nvml_gpus, framework.cuda_key: True} if gpu_required else "imports"
+    return _result(check, findings, measured, expected, ok, framework.remediation)
+
+
+def tensorflow(f: dict[str, Any], p: Profile) -> Result:
+    return gpu_framework(TENSORFLOW, f, p)
 
 
 def torch(f: dict[str, Any], p: Profile) -> Result:
-    check = "frameworks.torch"
-    gated, stacks = _gate(check, "torch", f, p)
-    if gated:
-        return gated
-    gpu_required = bool(p.get("frameworks", "gpu_required", False))
-    nvml_gpus = _nvml_gpus(f)
-    findings: list[Finding] = []
-    ok, measured = [], {}
-    for stack in stacks:
-        record, problem = _record(stack, "torch")
-        if problem:
-            findings.append(problem)
-            continue
-        dist = record.get("distributed") or {}
-        measured[stack["name"]] = {"version": record.get("version"), "cuda_version": record.get("cuda_version"),
-                                   "cuda_available": record.get("cuda_available"),
-                                   "device_count": record.get("device_count"),
-                                   "distributed": {k: v for k, v in dist.items() if k != "errors"}}
-        label = f"stack {stack['name']}: PyTorch {record.get('version')}"
-        if gpu_required:
-            if not record.get("cuda_version"):
-                findings.append((Status.FAIL, f"{label} is a CPU-only build (torch.version.cuda is None)"))
-                continue
-            if not record.get("cuda_available"):
-                why = (record.get("errors") or {}).get("cuda_available", "torch.cuda.is_available() is False")
-                findings.append((Status.FAIL, f"{label} cannot use CUDA: {why}"))
-                continue
-            seen = record.get("device_count") or 0
-            if nvml_gpus is not None and seen < nvml_gpus:
-                findings.append((Status.FAIL, f"{label} sees {seen} of the {nvml_gpus} GPUs NVML reports"))
-                continue
-            if dist.get("available") and dist.get("nccl") is False:
-                findings.append((Status.FAIL, f"{label}: torch.distributed has no NCCL backend"))
-                continue
-        cuda = f", CUDA {record['cuda_version']}" if record.get("cuda_version") else " (CPU build)"
-        ok.append(f"{label}{cuda}, sees {record.get('device_count')} GPU(s)")
-        findings.append((Status.PASS, ""))
-    expected = {"device_count": nvml_gpus, "cuda": True} if gpu_required else "imports"
-    return _result(check, findings, measured, expected, ok,
-                   "install the CUDA build of torch for the driver's CUDA version (the cuXXX index); check that "
-                   "CUDA_VISIBLE_DEVICES is unset; " + INSTALL_HINT)
+    return gpu_framework(TORCH, f, p)
 
 
 # controller / tensor operation name in the profile -> the hvd.*_built() it is answered by
@@ -290,7 +122,7 @@ def _check_build_notes(stack: dict[str, Any], bindings: dict[str, dict[str, Any]
         return []
     notes = []
     for binding, record in bindings.items():
-        listed = parsed.get("frameworks", {}).get("pytorch" if binding == "torch" else binding)
+        listed = parsed.get("frameworks", {}).get("pytorch" if binding == TORCH else binding)
         if listed and not record.get("import_ok"):
             notes.append(f"horovodrun --check-build lists {NAMES[binding]} as built but horovod.{binding} "
                          "does not import")
@@ -308,7 +140,7 @@ def _check_build_notes(stack: dict[str, Any], bindings: dict[str, dict[str, Any]
 
 def horovod(f: dict[str, Any], p: Profile) -> Result:
     check = "frameworks.horovod"
-    gated, stacks = _gate(check, "horovod", f, p)
+    gated, stacks = _gate(check, HOROVOD, f, p)
     if gated:
         return gated
     controllers = [str(c).lower() for c in (p.get("frameworks", "horovod_controllers_required") or [])]
@@ -318,7 +150,7 @@ def horovod(f: dict[str, Any], p: Profile) -> Result:
     ok, measured, evidence, notes = [], {}, [], []
     for stack in stacks:
         name = stack["name"]
-        records: dict[str, dict[str, Any]] = stack["probe"].get("horovod") or {}
+        records: dict[str, dict[str, Any]] = stack["probe"].get(HOROVOD) or {}
         expected_bindings = [b for b in BINDINGS if b in stack["frameworks"]] or list(records) or ["-"]
         cb = stack.get("check_build")
         if cb:
@@ -376,62 +208,20 @@ def horovod(f: dict[str, Any], p: Profile) -> Result:
     return result
 
 
-# ---------------------------------------------------------------------------------------------
-# Compute capability against the architectures the frameworks were built for
-# ---------------------------------------------------------------------------------------------
-
-def parse_arch(text: str, framework: str) -> tuple[tuple[int, int], bool, bool] | None:
-    """'sm_90' / 'compute_90' / '9.0' / '8.6+PTX' -> ((major, minor), has_sass, has_ptx).
-
-    TensorFlow: "x.y" and "compute_xy" include both binary and PTX code, "sm_xy" binary only (its
-    configure script says so). PyTorch's get_arch_list(): "sm_xy" binary, "compute_xy" PTX only.
-    """
-    raw = str(text).strip().lower()
-    ptx_suffix = raw.endswith("+ptx")
-    raw = raw.removesuffix("+ptx")
-    if raw.startswith(("sm_", "compute_")):
-        prefix, _, digits = raw.partition("_")
-        digits = "".join(ch for ch in digits if ch.isdigit())
-        if len(digits) < 2:
-            return None
-        cc = (int(digits[:-1]), int(digits[-1]))
-        if prefix == "sm":
-            return cc, True, ptx_suffix
-        return cc, framework == "tensorflow", True
-    parts = version_tuple(raw)
-    if len(parts) < 2:
-        return None
-    return (parts[0], parts[1]), True, framework == "tensorflow" or ptx_suffix
-
-
-def coverage(cc: tuple[int, int], archs: list[tuple[tuple[int, int], bool, bool]]) -> str | None:
-    """'sass' when binary code runs on this GPU (same major, minor <= the GPU's), 'ptx' when only
-    PTX for an older or equal architecture can be JIT-compiled for it, None when nothing runs."""
-    if any(sass and a[0] == cc[0] and a[1] <= cc[1] for a, sass, _ in archs):
-        return "sass"
-    if any(ptx and a <= cc for a, _, ptx in archs):
-        return "ptx"
-    return None
-
-
 def _builds(f: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
     """(stack, framework, arch list) of every CUDA build the probes reported."""
     builds = []
     for stack in f["frameworks"].get("stacks", []):
-        tf = stack["probe"].get("tensorflow") or {}
-        if tf.get("import_ok") and tf.get("built_with_cuda"):
-            archs = (tf.get("build_info") or {}).get("cuda_compute_capabilities")
-            if isinstance(archs, str):
-                archs = [a for a in archs.replace(",", " ").split() if a]
+        for name, framework in GPU_FRAMEWORKS.items():
+            record = stack["probe"].get(name) or {}
+            archs = framework.archs(record) if record.get("import_ok") else []
             if archs:
-                builds.append((stack["name"], "tensorflow", list(archs)))
-        pt = stack["probe"].get("torch") or {}
-        if pt.get("import_ok") and pt.get("cuda_version") and pt.get("arch_list"):
-            builds.append((stack["name"], "torch", list(pt["arch_list"])))
+                builds.append((stack["name"], name, archs))
     return builds
 
 
 def gpu_arch(f: dict[str, Any], p: Profile) -> Result:
+    """Every GPU's compute capability against the architectures the frameworks were built for."""
     check = "frameworks.gpu_arch"
     if not f["frameworks"].get("configured"):
         return Result(check, Status.SKIP, reason=CONFIG_HINT)
@@ -481,12 +271,12 @@ def summary(facts: dict[str, Any] | None) -> dict[str, Any]:
     for stack in (facts or {}).get("stacks", []):
         probe = stack.get("probe") or {}
         versions: dict[str, Any] = {}
-        for name in ("tensorflow", "torch"):
+        for name in GPU_FRAMEWORKS:
             record = probe.get(name)
             if record:
                 versions[name] = record.get("version") if record.get("import_ok") else None
-        for binding, record in (probe.get("horovod") or {}).items():
-            versions.setdefault("horovod", record.get("version"))
+        for binding, record in (probe.get(HOROVOD) or {}).items():
+            versions.setdefault(HOROVOD, record.get("version"))
             code = record.get("nccl_version_code")
             if code:
                 versions[f"horovod.{binding}.nccl"] = nccl_version(code)
@@ -503,4 +293,4 @@ CHECKS = [
     Check("frameworks.gpu_arch", ("frameworks", "nvml?"), gpu_arch,
           "every GPU's compute capability is covered by the architectures TensorFlow/PyTorch were built for"),
 ]
-COLLECTORS = {"frameworks": collect}
+COLLECTORS = {"frameworks": framework_probe.collect}

@@ -25,6 +25,8 @@ MODULES = {
     "nccl-debug": "nccl_debug",
     "dcgmi": "dcgmi",
     "nvidia-smi-xml": "nvidia_smi_xml",
+    "ldd": "ldd",
+    "ldconfig": "ldconfig",
 }
 
 

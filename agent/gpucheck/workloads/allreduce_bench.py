@@ -27,61 +27,21 @@ Output: one ``GPUCHECK_RESULT {json}`` line per rank on stdout (one ``write``), 
 ok, workload, framework, backend (nccl|mpi|gloo), controller and binding (Horovod), rank, size,
 local_rank, hostname, pid, devices, versions, bytes, count, dtype, warmup, iters, time_us
 (rank-averaged), time_us_rank, algbw_GBps, busbw_GBps, wrong, max_abs_err, wall_s, error.
-Standard library + the framework only (no gpucheck import); Python 3.9+.
+Standard library + the framework + rank_io.py (copied beside it) only, no gpucheck import; Python 3.9+.
 """
 
 import argparse
-import json
 import os
 import re
-import socket
 import sys
-import threading
 import time
-import traceback
 
-MARK = "GPUCHECK_RESULT "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rank_io.py is copied beside this script
+import rank_io  # noqa: E402
+
 WORKLOAD = "allreduce_bench"
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
-_OUT = {"fd": None, "done": False}
-_LOCK = threading.Lock()
 UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
-
-
-def log(msg):
-    sys.stderr.write(f"[{WORKLOAD} {time.strftime('%H:%M:%S')}] {msg}\n")
-    sys.stderr.flush()
-
-
-def claim_stdout():
-    sys.stdout.flush()
-    _OUT["fd"] = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-
-def emit(record):
-    with _LOCK:
-        if _OUT["done"]:
-            return
-        _OUT["done"] = True
-        line = (MARK + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-        os.write(_OUT["fd"] if _OUT["fd"] is not None else 1, line)
-
-
-def watchdog(seconds, record):
-    def fire():
-        record.update(ok=False, error=f"timeout after {seconds:g} s (hung collective or peer?)")
-        emit(record)
-        os._exit(124)
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+log = rank_io.init_script(__file__, WORKLOAD)  # our folder off sys.path again: it must not shadow a framework
 
 
 def parse_size(text):
@@ -93,7 +53,7 @@ def parse_size(text):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = rank_io.parser(__doc__)
     p.add_argument("--framework", choices=("auto", "horovod", "torch"), default="auto")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto", help="torch only")
     p.add_argument("--size", type=parse_size, default=64 * 1024 ** 2, help="bytes per rank (default 64M)")
@@ -102,8 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--no-check", action="store_true", help="skip the correctness check")
     p.add_argument("--inject-corruption", type=int, metavar="RANK", default=None,
                    help="testing: that rank adds 1 to one element of its check data (the check must fail)")
-    p.add_argument("--timeout-s", type=float, default=0, help="report a timeout and exit 124 after this")
-    return p.parse_args(argv)
+    return rank_io.parse(p, argv)
 
 
 def bus_factor(nranks):
@@ -126,33 +85,22 @@ def expected_table(nranks):
 
 def main(argv=None):
     args = parse_args(argv)
-    claim_stdout()
+    rank_io.claim_stdout()
     start = time.monotonic()
     framework = args.framework
     if framework == "auto":
         framework = "torch" if os.environ.get("TORCHELASTIC_RUN_ID") else "horovod"
-    record = {"ok": False, "workload": WORKLOAD, "framework": framework, "hostname": socket.gethostname(),
-              "pid": os.getpid(), "bytes": args.size, "dtype": "float32", "warmup": args.warmup,
-              "iters": args.iters}
-    timer = watchdog(args.timeout_s, record) if args.timeout_s > 0 else None
-    try:
-        if args.size < 4 or args.iters < 1:
-            raise ValueError("--size must be at least 4 bytes and --iters at least 1")
-        (bench_torch if framework == "torch" else bench_horovod)(args, record)
-        record["ok"] = record.get("wrong", 0) == 0
-        if not record["ok"]:
-            record["error"] = f"{record['wrong']} wrong elements after all-reduce"
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        record["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-        log(traceback.format_exc())
-    finally:
-        record["wall_s"] = round(time.monotonic() - start, 3)
-        if timer is not None:
-            timer.cancel()
-        emit(record)
-    return 0 if record["ok"] else 1
+    record = rank_io.new_record(WORKLOAD, framework=framework, bytes=args.size, dtype="float32",
+                                warmup=args.warmup, iters=args.iters)
+    return rank_io.guarded(record, lambda: bench(framework, args, record), log, start, args.timeout_s)
+
+
+def bench(framework, args, record):
+    """The benchmark on this rank: None when the all-reduce check found no wrong element, else why not."""
+    if args.size < 4 or args.iters < 1:
+        raise ValueError("--size must be at least 4 bytes and --iters at least 1")
+    (bench_torch if framework == "torch" else bench_horovod)(args, record)
+    return f"{record['wrong']} wrong elements after all-reduce" if record.get("wrong", 0) else None
 
 
 def finish(record, nranks, sec_rank, sec_avg):
@@ -173,16 +121,7 @@ def bench_torch(args, record):
     import torch.distributed as dist
 
     record["versions"] = {"torch": torch.__version__}
-    cuda = torch.cuda.is_available()
-    backend = args.backend if args.backend != "auto" else ("nccl" if cuda else "gloo")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if cuda:
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        record["devices"] = [f"GPU:{device.index}:{torch.cuda.get_device_name(device)}"]
-    else:
-        device = torch.device("cpu")
-        record["devices"] = ["CPU"]
+    device, backend, local_rank = rank_io.torch_device(torch, args.backend, record)
     dist.init_process_group(backend=backend, init_method="env://")
     try:
         rank, nranks = dist.get_rank(), dist.get_world_size()
@@ -238,19 +177,15 @@ def bench_horovod(args, record):
     hvd.init()
     rank, nranks = hvd.rank(), hvd.size()
     count = args.size // 4
-    controller = "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "unknown")
+    controller = rank_io.horovod_controller(hvd)
     record.update(rank=rank, size=nranks, local_rank=hvd.local_rank(), count=count, binding=binding,
                   controller=controller)
     if binding == "tensorflow":
         record["versions"]["tensorflow"] = tf.__version__
-        gpus = tf.config.list_physical_devices("GPU")
-        if gpus:
-            mine = gpus[hvd.local_rank() % len(gpus)]
-            tf.config.experimental.set_memory_growth(mine, True)
-            tf.config.set_visible_devices(mine, "GPU")
-        on_gpu = bool(gpus)
+        gpu = rank_io.pin_tf_gpu(tf, hvd.local_rank())
+        on_gpu = gpu is not None
         device = "/GPU:0" if on_gpu else "/CPU:0"
-        record["devices"] = [mine.name.replace("/physical_device:", "")] if on_gpu else ["CPU"]
+        record["devices"] = [gpu] if on_gpu else ["CPU"]
 
         def allreduce(t, name):
             with tf.device(device):

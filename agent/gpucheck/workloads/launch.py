@@ -1,7 +1,8 @@
 """Command lines and environments that start the workloads across nodes (gpucheck side; stdlib only).
 
 The workloads themselves (smoke_horovod_keras.py, smoke_torch_ddp.py, smoke_tf_ps.py,
-allreduce_bench.py) are standalone scripts run by a framework virtualenv's python; this module only
+allreduce_bench.py) are standalone scripts run by a framework virtualenv's python, each importing
+rank_io.py from its own folder (``files_for`` names what must be copied to a node); this module only
 builds what starts them, as argv lists (never a shell string with interpolated values; ``remote_command``
 quotes each word for the one place that needs a string, an SSH command line):
 
@@ -31,6 +32,8 @@ SCRIPTS = {
     "tf-ps": HERE / "smoke_tf_ps.py",
     "allreduce": HERE / "allreduce_bench.py",
 }
+# The modules every script in SCRIPTS imports from its own folder: copied beside the script on every node.
+SUPPORT_FILES = (HERE / "rank_io.py",)
 # What mpirun needs to start ranks as root (Debian's OpenMPI refuses otherwise).
 MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 PS_ROLES = ("chief", "worker", "ps")
@@ -42,6 +45,11 @@ def script_path(kind: str) -> Path:
         return SCRIPTS[kind]
     except KeyError:
         raise ValueError(f"unknown workload {kind!r}: one of {', '.join(SCRIPTS)}") from None
+
+
+def files_for(kind: str) -> list[Path]:
+    """Every file one workload needs on a node, in one folder: its script first, then its support modules."""
+    return [script_path(kind), *SUPPORT_FILES]
 
 
 def _hosts_arg(slots: Sequence[tuple[str, int]]) -> str:

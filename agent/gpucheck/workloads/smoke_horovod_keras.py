@@ -23,136 +23,23 @@ tf_version, horovod_version, seed, epochs, steps_per_epoch, batch_size, warmup_s
 loss_last, loss_fell, epoch_loss (rank-averaged Keras history), weights_sha256, n_params,
 samples_per_s (this rank, after warm-up), timed_steps, wall_s, error.
 
-Standard library + TensorFlow + Horovod only (no gpucheck import); Python 3.9+.
+Standard library + TensorFlow + Horovod + rank_io.py (copied beside it: the result line, the watchdog, the
+common options) only, no gpucheck import; Python 3.9+.
 """
 
-import argparse
-import hashlib
-import json
 import os
-import socket
 import sys
-import threading
 import time
-import traceback
 
-MARK = "GPUCHECK_RESULT "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rank_io.py is copied beside this script
+import rank_io  # noqa: E402
+
 WORKLOAD = "smoke_horovod_keras"
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-# Our own folder must not shadow anything the frameworks import.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
-_OUT = {"fd": None, "done": False}
-_LOCK = threading.Lock()
-
-
-def log(msg):
-    sys.stderr.write(f"[{WORKLOAD} {time.strftime('%H:%M:%S')}] {msg}\n")
-    sys.stderr.flush()
-
-
-def claim_stdout():
-    """Keep the real stdout for the result line; whatever else is written to fd 1 goes to stderr."""
-    sys.stdout.flush()
-    _OUT["fd"] = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-
-def emit(record):
-    """Write the one result line (once per process), in a single write so ranks never interleave."""
-    with _LOCK:
-        if _OUT["done"]:
-            return
-        _OUT["done"] = True
-        line = (MARK + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-        os.write(_OUT["fd"] if _OUT["fd"] is not None else 1, line)
-
-
-def watchdog(seconds, record):
-    """After `seconds`, report a timeout for this rank and end the process (a hung collective)."""
-    def fire():
-        record.update(ok=False, error=f"timeout after {seconds:g} s (hung collective or peer?)")
-        emit(record)
-        os._exit(124)
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+log = rank_io.init_script(__file__, WORKLOAD)  # our folder off sys.path again: it must not shadow a framework
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--steps", type=int, default=20, help="steps per epoch on every rank")
-    p.add_argument("--batch-size", type=int, default=32, help="per rank")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the throughput figure")
-    p.add_argument("--features", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.02, help="before scaling by the number of ranks")
-    p.add_argument("--no-lr-scaling", action="store_true", help="do not multiply the learning rate by size")
-    p.add_argument("--timeout-s", type=float, default=0, help="report a timeout and exit 124 after this")
-    return p.parse_args(argv)
-
-
-def make_data(np, seed, n, features, n_eval=256):
-    """A learnable regression target y = tanh(x @ w1) @ w2 + small noise, from a fixed generator.
-
-    Returns (x_eval, y_eval, x, y): the held-out batch is drawn first, so it does not depend on n.
-    """
-    rng = np.random.default_rng(seed)
-    w1 = rng.normal(0.0, 1.0 / np.sqrt(features), size=(features, 16)).astype(np.float32)
-    w2 = rng.normal(0.0, 0.25, size=(16, 1)).astype(np.float32)
-
-    def draw(count):
-        x = rng.normal(0.0, 1.0, size=(count, features)).astype(np.float32)
-        return x, (np.tanh(x @ w1) @ w2 + 0.01 * rng.normal(size=(count, 1))).astype(np.float32)
-
-    return (*draw(n_eval), *draw(n))
-
-
-def weights_digest(np, variables):
-    digest = hashlib.sha256()
-    count = 0
-    for var in variables:
-        arr = np.ascontiguousarray(np.asarray(var.numpy(), dtype="<f4"))
-        digest.update(arr.tobytes())
-        count += int(arr.size)
-    return digest.hexdigest(), count
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    claim_stdout()
-    start = time.monotonic()
-    record = {"ok": False, "workload": WORKLOAD, "hostname": socket.gethostname(), "pid": os.getpid(),
-              "seed": args.seed, "epochs": args.epochs, "steps_per_epoch": args.steps,
-              "batch_size": args.batch_size, "warmup_steps": args.warmup_steps}
-    # Until Horovod is up, the launcher's environment is the best guess of who we are.
-    for key, names in (("rank", ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK")),
-                       ("size", ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"))):
-        for name in names:
-            if os.environ.get(name, "").isdigit():
-                record[key] = int(os.environ[name])
-                break
-    timer = watchdog(args.timeout_s, record) if args.timeout_s > 0 else None
-    try:
-        run(args, record)
-        record["ok"] = True
-    except BaseException as exc:  # the line must come out whatever happened
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        record["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-        log(traceback.format_exc())
-    finally:
-        record["wall_s"] = round(time.monotonic() - start, 3)
-        if timer is not None:
-            timer.cancel()
-        emit(record)
-    return 0 if record["ok"] else 1
+    return rank_io.parse(rank_io.data_parallel_parser(__doc__), argv)
 
 
 def run(args, record):
@@ -167,21 +54,15 @@ def run(args, record):
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     record.update(rank=rank, size=size, local_rank=hvd.local_rank(), local_size=hvd.local_size(),
-                  controller="mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "unknown"))
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:  # one GPU per local rank, as Horovod's examples do
-        mine = gpus[hvd.local_rank() % len(gpus)]
-        tf.config.experimental.set_memory_growth(mine, True)
-        tf.config.set_visible_devices(mine, "GPU")
-        record["devices"] = [mine.name.replace("/physical_device:", "")]
-    else:
-        record["devices"] = ["CPU"]
+                  controller=rank_io.horovod_controller(hvd))
+    gpu = rank_io.pin_tf_gpu(tf, hvd.local_rank())
+    record["devices"] = [gpu] if gpu else ["CPU"]
     tf.keras.utils.set_random_seed(args.seed)  # same initial weights everywhere; the broadcast enforces it
     tf.config.experimental.enable_op_determinism()
 
     per_rank = args.steps * args.batch_size
-    x_eval, y_eval, x_all, y_all = make_data(np, args.seed, per_rank * size, args.features)  # eval: same everywhere
+    # the held-out batch is the same on every rank
+    x_eval, y_eval, x_all, y_all = rank_io.synthetic_data(np, args.seed, per_rank * size, args.features)
     x_mine, y_mine = x_all[rank * per_rank:(rank + 1) * per_rank], y_all[rank * per_rank:(rank + 1) * per_rank]
     data = (tf.data.Dataset.from_tensor_slices((x_mine, y_mine))
             .shuffle(per_rank, seed=args.seed + rank, reshuffle_each_iteration=True)
@@ -229,14 +110,18 @@ def run(args, record):
     record["loss_last"] = eval_loss()
     record["loss_fell"] = bool(record["loss_last"] < record["loss_first"])
     record["epoch_loss"] = [round(float(v), 6) for v in history.history.get("loss", [])]
-    record["weights_sha256"], record["n_params"] = weights_digest(np, model.trainable_weights)
+    weights = [w.numpy() for w in model.trainable_weights]
+    record["weights_sha256"], record["n_params"] = rank_io.weights_digest(weights, np)
     record["timed_steps"] = clock.timed
-    if clock.timed and clock.t0 is not None and clock.t1 is not None and clock.t1 > clock.t0:
-        record["samples_per_s"] = round(clock.timed * args.batch_size / (clock.t1 - clock.t0), 3)
-    else:
-        record["samples_per_s"] = None
+    record["samples_per_s"] = rank_io.samples_per_s(clock.timed, args.batch_size, clock.t0, clock.t1)
     log(f"rank {rank}: loss after {record['loss_last']:.5f}, {record['samples_per_s']} samples/s, "
         f"weights {record['weights_sha256'][:12]}")
+
+
+def main(argv=None):
+    return rank_io.data_parallel_main(WORKLOAD, parse_args(argv), run,
+                                      rank=("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"),
+                                      size=("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"))
 
 
 if __name__ == "__main__":

@@ -28,78 +28,31 @@ The chief adds: num_workers, num_ps, steps, warmup_steps, batch_size, seed, loss
 loss_fell, steps_per_s, samples_per_s (after warm-up, all workers together), weights_sha256, n_params,
 variable_devices, cluster_devices, workers (per worker: index, weights_sha256, eval_loss, match),
 workers_agree. Workers and ps add: served_s, chief_seen, exit_reason.
-Standard library + TensorFlow only (no gpucheck import); Python 3.9+.
+Standard library + TensorFlow + rank_io.py (copied beside it) only, no gpucheck import; Python 3.9+.
 """
 
-import argparse
-import hashlib
 import json
 import os
 import socket
 import sys
-import threading
 import time
-import traceback
 
-MARK = "GPUCHECK_RESULT "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rank_io.py is copied beside this script
+import rank_io  # noqa: E402
+
 WORKLOAD = "smoke_tf_ps"
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
-_OUT = {"fd": None, "done": False}
-_LOCK = threading.Lock()
-
-
-def log(msg):
-    sys.stderr.write(f"[{WORKLOAD} {time.strftime('%H:%M:%S')}] {msg}\n")
-    sys.stderr.flush()
-
-
-def claim_stdout():
-    sys.stdout.flush()
-    _OUT["fd"] = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-
-def emit(record):
-    with _LOCK:
-        if _OUT["done"]:
-            return
-        _OUT["done"] = True
-        line = (MARK + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-        os.write(_OUT["fd"] if _OUT["fd"] is not None else 1, line)
-
-
-def watchdog(seconds, record, on_fire=None):
-    def fire():
-        if on_fire is not None:
-            on_fire(record)
-        else:
-            record.update(ok=False, error=f"timeout after {seconds:g} s")
-        emit(record)
-        os._exit(124 if not record.get("ok") else 0)
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+log = rank_io.init_script(__file__, WORKLOAD)  # our folder off sys.path again: it must not shadow a framework
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = rank_io.parser(__doc__)
     p.add_argument("--steps", type=int, default=60, help="training steps scheduled by the chief")
-    p.add_argument("--warmup-steps", type=int, default=10, help="steps left out of the throughput figure")
+    p.add_argument("--warmup-steps", type=int, default=10, help=rank_io.WARMUP_HELP)
     p.add_argument("--batch-size", type=int, default=32, help="per step (one worker runs a step)")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--features", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.02)
+    rank_io.add_model_options(p)
     p.add_argument("--chief-wait-s", type=float, default=300, help="workers/ps: how long to wait for the chief")
     p.add_argument("--poll-s", type=float, default=0.5, help="workers/ps: how often to look at the chief")
-    p.add_argument("--timeout-s", type=float, default=0, help="report a timeout and exit 124 after this")
-    return p.parse_args(argv)
+    return rank_io.parse(p, argv)
 
 
 def tf_config():
@@ -129,52 +82,36 @@ def reachable(address, timeout=1.0):
         return False
 
 
-def make_data(np, seed, n, features, n_eval=256):
-    """A learnable regression target y = tanh(x @ w1) @ w2 + small noise; the held-out batch first."""
-    rng = np.random.default_rng(seed)
-    w1 = rng.normal(0.0, 1.0 / np.sqrt(features), size=(features, 16)).astype(np.float32)
-    w2 = rng.normal(0.0, 0.25, size=(16, 1)).astype(np.float32)
-
-    def draw(count):
-        x = rng.normal(0.0, 1.0, size=(count, features)).astype(np.float32)
-        return x, (np.tanh(x @ w1) @ w2 + 0.01 * rng.normal(size=(count, 1))).astype(np.float32)
-
-    return (*draw(n_eval), *draw(n))
-
-
 def main(argv=None):
     args = parse_args(argv)
-    claim_stdout()
+    rank_io.claim_stdout()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")  # TF's advice for ParameterServerStrategy
     start = time.monotonic()
-    record = {"ok": False, "workload": WORKLOAD, "hostname": socket.gethostname(), "pid": os.getpid()}
-    timer = None
-    try:
-        config = tf_config()
-        role, index = config["task"]["type"], config["task"]["index"]
-        record.update(role=role, task_index=index)
-        if role == "chief":
-            timer = watchdog(args.timeout_s, record) if args.timeout_s > 0 else None
-            run_chief(args, config, record)
-            record["ok"] = bool(record.get("loss_fell")) and bool(record.get("workers_agree"))
-            if not record["ok"]:
-                record["error"] = "loss did not fall" if not record.get("loss_fell") else \
-                    "workers read back different variables"
-        else:
-            serve(args, config, role, index, record, start)  # emits and exits itself
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        record["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-        log(traceback.format_exc())
-    record["wall_s"] = round(time.monotonic() - start, 3)
-    if timer is not None:
-        timer.cancel()
-    emit(record)
+    record = rank_io.new_record(WORKLOAD)
+    code = rank_io.guarded(record, lambda: task(args, record, start), log, start)
     sys.stderr.flush()
     # The coordinator's threads and gRPC channels can hold the interpreter at exit: leave now.
-    os._exit(0 if record["ok"] else 1)
+    os._exit(code)
+
+
+def task(args, record, start):
+    """This process's task, from TF_CONFIG: the chief trains and checks (None when it passed, else why
+    not); a worker or ps serves until the chief is gone, then emits and exits itself."""
+    config = tf_config()
+    role, index = config["task"]["type"], config["task"]["index"]
+    record.update(role=role, task_index=index)
+    if role != "chief":
+        serve(args, config, role, index, record, start)  # emits and exits itself
+    timer = rank_io.watchdog(args.timeout_s, record, why=None) if args.timeout_s > 0 else None
+    try:
+        run_chief(args, config, record)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if not record.get("loss_fell"):
+        return "loss did not fall"
+    return None if record.get("workers_agree") else "workers read back different variables"
 
 
 def serve(args, config, role, index, record, start):
@@ -198,7 +135,7 @@ def serve(args, config, role, index, record, start):
         if not ok:
             record["error"] = reason
         log(f"{role} {index}: {reason}")
-        emit(record)
+        rank_io.emit(record)
         sys.stderr.flush()
         os._exit(0 if ok else 1)
 
@@ -221,13 +158,6 @@ def serve(args, config, role, index, record, start):
         elif now - start > args.chief_wait_s:
             finish(f"chief {chief} never came up within {args.chief_wait_s:g} s", ok=False)
         time.sleep(args.poll_s)
-
-
-def weights_digest(np, values):
-    digest = hashlib.sha256()
-    for arr in values:
-        digest.update(np.ascontiguousarray(np.asarray(arr, dtype="<f4")).tobytes())
-    return digest.hexdigest()
 
 
 def run_chief(args, config, record):
@@ -253,7 +183,7 @@ def run_chief(args, config, record):
     log(f"chief: {num_workers} workers, {num_ps} ps; devices {record['cluster_devices']}")
 
     pool = max(args.batch_size * 32, 1024)
-    x_eval, y_eval, x_pool, y_pool = make_data(np, args.seed, pool, args.features)
+    x_eval, y_eval, x_pool, y_pool = rank_io.synthetic_data(np, args.seed, pool, args.features)
 
     def dataset_fn():
         return (tf.data.Dataset.from_tensor_slices((x_pool, y_pool))
@@ -307,8 +237,7 @@ def run_chief(args, config, record):
     record["loss_last"] = float(eval_loss_fn(x_eval, y_eval).numpy())
     record["loss_fell"] = bool(record["loss_last"] < record["loss_first"])
     values = read_all()
-    record["weights_sha256"] = weights_digest(np, values)
-    record["n_params"] = int(sum(v.size for v in values))
+    record["weights_sha256"], record["n_params"] = rank_io.weights_digest(values, np)
     log(f"chief: loss after {record['loss_last']:.5f}, {record.get('steps_per_s')} steps/s, "
         f"weights {record['weights_sha256'][:12]}")
 
@@ -320,7 +249,7 @@ def run_chief(args, config, record):
             with tf.device(f"/job:worker/replica:0/task:{i}"):
                 copies = [tf.identity(v) for v in variables]
                 loss = eval_loss_fn(tf.identity(x_eval), tf.identity(y_eval))
-            entry["weights_sha256"] = weights_digest(np, [c.numpy() for c in copies])
+            entry["weights_sha256"] = rank_io.weights_digest([c.numpy() for c in copies], np)[0]
             entry["eval_loss"] = float(loss.numpy())
             entry["devices"] = sorted({c.device for c in copies})
             entry["match"] = (entry["weights_sha256"] == record["weights_sha256"]

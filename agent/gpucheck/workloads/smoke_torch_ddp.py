@@ -17,77 +17,25 @@ Output: exactly one line on stdout per rank, ``GPUCHECK_RESULT {json}`` (one ``w
 Fields: ok, workload, rank, size, local_rank, local_size, hostname, pid, backend, devices, torch_version,
 seed, epochs, steps_per_epoch, batch_size, warmup_steps, loss_first, loss_last, loss_fell, epoch_loss
 (rank-averaged), weights_sha256, n_params, samples_per_s (this rank, after warm-up), timed_steps,
-wall_s, error. Standard library + PyTorch only (no gpucheck import); Python 3.9+.
+wall_s, error. Standard library + PyTorch + rank_io.py (copied beside it) only, no gpucheck import;
+Python 3.9+.
 """
 
-import argparse
-import hashlib
-import json
 import os
-import socket
-import struct
 import sys
-import threading
 import time
-import traceback
 
-MARK = "GPUCHECK_RESULT "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rank_io.py is copied beside this script
+import rank_io  # noqa: E402
+
 WORKLOAD = "smoke_torch_ddp"
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
-_OUT = {"fd": None, "done": False}
-_LOCK = threading.Lock()
-
-
-def log(msg):
-    sys.stderr.write(f"[{WORKLOAD} {time.strftime('%H:%M:%S')}] {msg}\n")
-    sys.stderr.flush()
-
-
-def claim_stdout():
-    sys.stdout.flush()
-    _OUT["fd"] = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-
-def emit(record):
-    with _LOCK:
-        if _OUT["done"]:
-            return
-        _OUT["done"] = True
-        line = (MARK + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-        os.write(_OUT["fd"] if _OUT["fd"] is not None else 1, line)
-
-
-def watchdog(seconds, record):
-    def fire():
-        record.update(ok=False, error=f"timeout after {seconds:g} s (hung collective or peer?)")
-        emit(record)
-        os._exit(124)
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+log = rank_io.init_script(__file__, WORKLOAD)  # our folder off sys.path again: it must not shadow a framework
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--steps", type=int, default=20, help="steps per epoch on every rank")
-    p.add_argument("--batch-size", type=int, default=32, help="per rank")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the throughput figure")
-    p.add_argument("--features", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.02, help="before scaling by the number of ranks")
-    p.add_argument("--no-lr-scaling", action="store_true")
+    p = rank_io.data_parallel_parser(__doc__)
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    p.add_argument("--timeout-s", type=float, default=0, help="report a timeout and exit 124 after this")
-    return p.parse_args(argv)
+    return rank_io.parse(p, argv)
 
 
 def make_data(torch, seed, n, features, n_eval=256):
@@ -106,50 +54,13 @@ def make_data(torch, seed, n, features, n_eval=256):
     return (*draw(n_eval), *draw(n))
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    claim_stdout()
-    start = time.monotonic()
-    record = {"ok": False, "workload": WORKLOAD, "hostname": socket.gethostname(), "pid": os.getpid(),
-              "seed": args.seed, "epochs": args.epochs, "steps_per_epoch": args.steps,
-              "batch_size": args.batch_size, "warmup_steps": args.warmup_steps}
-    for key, name in (("rank", "RANK"), ("size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
-                      ("local_size", "LOCAL_WORLD_SIZE")):
-        if os.environ.get(name, "").isdigit():
-            record[key] = int(os.environ[name])
-    timer = watchdog(args.timeout_s, record) if args.timeout_s > 0 else None
-    try:
-        run(args, record)
-        record["ok"] = True
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        record["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-        log(traceback.format_exc())
-    finally:
-        record["wall_s"] = round(time.monotonic() - start, 3)
-        if timer is not None:
-            timer.cancel()
-        emit(record)
-    return 0 if record["ok"] else 1
-
-
 def run(args, record):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     record["torch_version"] = torch.__version__
-    cuda = torch.cuda.is_available()
-    backend = args.backend if args.backend != "auto" else ("nccl" if cuda else "gloo")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if cuda:
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        record["devices"] = [f"GPU:{device.index}:{torch.cuda.get_device_name(device)}"]
-    else:
-        device = torch.device("cpu")
-        record["devices"] = ["CPU"]
+    device, backend, _local_rank = rank_io.torch_device(torch, args.backend, record)
     dist.init_process_group(backend=backend, init_method="env://")
     try:
         train(args, record, torch, dist, DistributedDataParallel, device, backend)
@@ -211,17 +122,17 @@ def train(args, record, torch, dist, ddp_cls, device, backend):
     record["loss_last"] = eval_loss()
     record["loss_fell"] = bool(record["loss_last"] < record["loss_first"])
     record["epoch_loss"] = epoch_loss
-    digest, count = hashlib.sha256(), 0
-    for _name, param in model.named_parameters():
-        values = param.detach().to("cpu", torch.float32).reshape(-1).tolist()  # no numpy needed
-        digest.update(struct.pack(f"<{len(values)}f", *values))  # exact: float32 -> double -> float32
-        count += len(values)
-    record["weights_sha256"], record["n_params"] = digest.hexdigest(), count
+    record["weights_sha256"], record["n_params"] = rank_io.weights_digest(  # no numpy needed
+        param.detach().to("cpu", torch.float32).reshape(-1).tolist() for _name, param in model.named_parameters())
     record["timed_steps"] = timed
-    record["samples_per_s"] = (round(timed * args.batch_size / (t1 - t0), 3)
-                               if timed and t0 is not None and t1 is not None and t1 > t0 else None)
+    record["samples_per_s"] = rank_io.samples_per_s(timed, args.batch_size, t0, t1)
     log(f"rank {rank}: loss after {record['loss_last']:.5f}, {record['samples_per_s']} samples/s, "
         f"weights {record['weights_sha256'][:12]}")
+
+
+def main(argv=None):
+    return rank_io.data_parallel_main(WORKLOAD, parse_args(argv), run, rank=("RANK",), size=("WORLD_SIZE",),
+                                      local_rank=("LOCAL_RANK",), local_size=("LOCAL_WORLD_SIZE",))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Ask the frameworks of one stack about themselves, in the stack's own interpreter.
 
-Run as a file by the agent: `<stack python> probe_frameworks.py --frameworks tensorflow,horovod`.
+Run as a file by the agent (framework_probe.py, beside it):
+`<stack python> probe_frameworks.py --frameworks tensorflow,horovod`.
 gpucheck is not installed in the stack's virtualenv, so this uses only the standard library and the
 frameworks it probes, and stays compatible with old interpreters (Python 3.6+).
 
@@ -17,11 +18,14 @@ import os
 import sys
 import traceback
 
+# This mark and the framework names below are framework_probe.MARK and config.KNOWN_FRAMEWORKS: this file
+# runs in the stack's interpreter, where gpucheck cannot be imported.
 MARK = "GPUCHECK_PROBE "
 HOROVOD_BUILT = ("mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# The probe's own folder must not shadow anything the frameworks import.
+# The probe's own folder (gpucheck/node: gpu.py, host.py, links.py, ...) must not shadow anything the
+# frameworks import.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 

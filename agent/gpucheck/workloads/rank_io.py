@@ -1,0 +1,266 @@
+"""What every rank of a workload does around its framework work: shared by the four workload scripts.
+
+smoke_horovod_keras.py, smoke_torch_ddp.py, smoke_tf_ps.py and allreduce_bench.py import this file as a
+sibling (the cluster stages copy it beside them on the nodes: ``launch.SUPPORT_FILES``):
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import rank_io
+    log = rank_io.init_script(__file__, WORKLOAD)
+
+and ``init_script`` takes that folder off ``sys.path`` again, so that nothing there (on the nodes or in
+the source tree) shadows what the frameworks import.
+
+- the result line: ``claim_stdout`` keeps the real stdout for it, ``emit`` writes ``GPUCHECK_RESULT {json}``
+  (sorted keys, no spaces) once per process in a single ``write``, so the lines of several ranks never
+  interleave inside a line; ``logger`` logs to stderr;
+- ``new_record`` starts a rank's record; ``guarded`` runs the rank's work and emits its line whatever
+  happens (``"ok"``, ``"error"``, ``"wall_s"``), with a ``watchdog`` that makes a hung rank report a timeout
+  and exit 124; ``data_parallel_main`` is the whole main() of the two synchronous smoke jobs;
+- the common options (``parser``, ``parse``, ``add_model_options``, ``data_parallel_parser``) and
+  the rank numbers a launcher puts in the environment (``ranks_from_env``);
+- the synthetic regression data, the weights digest, and where a rank runs (torch device, TensorFlow GPU
+  under Horovod, Horovod's controller).
+
+Standard library only (a framework module is passed in as an argument where one is needed); Python 3.9+;
+no gpucheck import (it runs on the nodes, by a framework virtualenv's python).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+MARK = "GPUCHECK_RESULT "
+HUNG = "hung collective or peer?"  # what a timeout most likely means in a collective job
+WARMUP_HELP = "steps left out of the throughput figure"
+
+_OUT = {"fd": None, "done": False}
+_LOCK = threading.Lock()
+
+
+def init_script(script, workload):
+    """What a workload script does right after importing this module: take its folder off sys.path again
+    (it was there only for this import: nothing in it may shadow what the frameworks import), and get its
+    log function."""
+    leave_sys_path(script)
+    return logger(workload)
+
+
+def leave_sys_path(script):
+    """Take the folder of `script` off sys.path (Python puts a script's folder first)."""
+    here = os.path.dirname(os.path.abspath(script))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+
+
+def logger(workload):
+    """A log function for `workload`: ``[name HH:MM:SS] message`` lines on stderr."""
+    def log(msg):
+        sys.stderr.write(f"[{workload} {time.strftime('%H:%M:%S')}] {msg}\n")
+        sys.stderr.flush()
+
+    return log
+
+
+def claim_stdout():
+    """Keep the real stdout for the result line; whatever else is written to fd 1 goes to stderr."""
+    sys.stdout.flush()
+    _OUT["fd"] = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+
+def emit(record):
+    """Write the one result line (once per process), in a single write so ranks never interleave."""
+    with _LOCK:
+        if _OUT["done"]:
+            return
+        _OUT["done"] = True
+        line = (MARK + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        os.write(_OUT["fd"] if _OUT["fd"] is not None else 1, line)
+
+
+def watchdog(seconds, record, why=HUNG):
+    """After `seconds`, report a timeout for this rank (``"error": "timeout after N s (why)"``) and end the
+    process with status 124 (a hung collective, a peer that never came)."""
+    def fire():
+        record.update(ok=False, error=f"timeout after {seconds:g} s" + (f" ({why})" if why else ""))
+        emit(record)
+        os._exit(124)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def error_line(exc):
+    """The last line of an exception as Python prints it: ``ModuleNotFoundError: No module named 'torch'``."""
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
+
+
+def guarded(record, work, log, start, timeout_s=0.0):
+    """Run this rank's `work()` and emit its result line whatever happens; returns the exit status.
+
+    `work` returns None when the rank did its job, or a string saying why it did not (the line's
+    ``"error"``); an exception becomes the ``"error"`` (its last line; the traceback goes to `log`).
+    ``"wall_s"`` counts from `start` (``time.monotonic()``). With `timeout_s` > 0 a watchdog ends a hung
+    rank (exit 124). KeyboardInterrupt still emits the line, then goes on up.
+    """
+    record.setdefault("ok", False)
+    timer = watchdog(timeout_s, record) if timeout_s > 0 else None
+    try:
+        failure = work()
+        record["ok"] = not failure
+        if failure:
+            record["error"] = failure
+    except BaseException as exc:  # the line must come out whatever happened
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        record["error"] = error_line(exc)
+        log(traceback.format_exc())
+    finally:
+        record["wall_s"] = round(time.monotonic() - start, 3)
+        if timer is not None:
+            timer.cancel()
+        emit(record)
+    return 0 if record["ok"] else 1
+
+
+def new_record(workload, **fields):
+    """The result record of this process, failed until its work is done: ok, workload, hostname, pid, fields."""
+    return {"ok": False, "workload": workload, "hostname": socket.gethostname(), "pid": os.getpid(), **fields}
+
+
+def data_parallel_main(workload, args, run, **rank_env):
+    """main() of the synchronous smoke jobs (Horovod, DDP) once their options are parsed: the record of the
+    run's settings, the rank numbers from the launcher's environment (`rank_env`, as in ranks_from_env),
+    then ``run(args, record)``, guarded. Returns the exit status."""
+    claim_stdout()
+    start = time.monotonic()
+    record = new_record(workload, seed=args.seed, epochs=args.epochs, steps_per_epoch=args.steps,
+                        batch_size=args.batch_size, warmup_steps=args.warmup_steps)
+    ranks_from_env(record, **rank_env)
+    return guarded(record, lambda: run(args, record), logger(workload), start, args.timeout_s)
+
+
+def parser(doc):
+    """An argument parser described by the first line of the script's docstring."""
+    return argparse.ArgumentParser(description=doc.split("\n")[0])
+
+
+def parse(p, argv=None):
+    """Add the option every workload has (``--timeout-s``, last) and parse."""
+    p.add_argument("--timeout-s", type=float, default=0, help="report a timeout and exit 124 after this")
+    return p.parse_args(argv)
+
+
+def add_model_options(p, lr_help=None):
+    """--seed, --features, --hidden, --lr: the synthetic regression task and the small MLP that learns it."""
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--features", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.02, help=lr_help)
+
+
+def data_parallel_parser(doc):
+    """The parser of the synchronous smoke jobs (Horovod, DDP): epochs of steps on every rank."""
+    p = parser(doc)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20, help="steps per epoch on every rank")
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--warmup-steps", type=int, default=5, help=WARMUP_HELP)
+    add_model_options(p, lr_help="before scaling by the number of ranks")
+    p.add_argument("--no-lr-scaling", action="store_true", help="do not multiply the learning rate by size")
+    return p
+
+
+def ranks_from_env(record, **names):
+    """Until the framework is up, the launcher's environment is the best guess of who we are: for each
+    record key, the first of its variables that holds a number (``rank=("RANK",), size=("WORLD_SIZE",)``)."""
+    for key, candidates in names.items():
+        for name in candidates:
+            if os.environ.get(name, "").isdigit():
+                record[key] = int(os.environ[name])
+                break
+
+
+def synthetic_data(np, seed, n, features, n_eval=256):
+    """A learnable regression target y = tanh(x @ w1) @ w2 + small noise, from a fixed numpy generator.
+
+    Returns (x_eval, y_eval, x, y): the held-out batch is drawn first, so it does not depend on n.
+    """
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(0.0, 1.0 / np.sqrt(features), size=(features, 16)).astype(np.float32)
+    w2 = rng.normal(0.0, 0.25, size=(16, 1)).astype(np.float32)
+
+    def draw(count):
+        x = rng.normal(0.0, 1.0, size=(count, features)).astype(np.float32)
+        return x, (np.tanh(x @ w1) @ w2 + 0.01 * rng.normal(size=(count, 1))).astype(np.float32)
+
+    return (*draw(n_eval), *draw(n))
+
+
+def weights_digest(arrays, np=None):
+    """(sha256 hex, element count) of `arrays` in order, each as little-endian float32 bytes.
+
+    With `np` (numpy) the arrays are anything numpy converts; without it, flat sequences of Python floats
+    (packed with struct: float32 -> double -> float32 is exact, so both ways give the same bytes).
+    """
+    digest, count = hashlib.sha256(), 0
+    for arr in arrays:
+        if np is not None:
+            data = np.ascontiguousarray(np.asarray(arr, dtype="<f4"))
+            digest.update(data.tobytes())
+            count += int(data.size)
+        else:
+            values = list(arr)
+            digest.update(struct.pack(f"<{len(values)}f", *values))
+            count += len(values)
+    return digest.hexdigest(), count
+
+
+def samples_per_s(timed, batch_size, t0, t1):
+    """Throughput of the `timed` steps after warm-up, between perf_counter readings t0 and t1 (or None)."""
+    if timed and t0 is not None and t1 is not None and t1 > t0:
+        return round(timed * batch_size / (t1 - t0), 3)
+    return None
+
+
+def torch_device(torch, backend, record):
+    """Where this torch rank runs: cuda:LOCAL_RANK (modulo the GPU count) when CUDA is available, else the
+    CPU; the process-group backend for `backend` "auto" is NCCL with CUDA, Gloo without. Fills
+    record["devices"]; returns (device, backend, local_rank)."""
+    cuda = torch.cuda.is_available()
+    backend = backend if backend != "auto" else ("nccl" if cuda else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cuda:
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        record["devices"] = [f"GPU:{device.index}:{torch.cuda.get_device_name(device)}"]
+    else:
+        device = torch.device("cpu")
+        record["devices"] = ["CPU"]
+    return device, backend, local_rank
+
+
+def pin_tf_gpu(tf, local_rank):
+    """One GPU per local rank, as Horovod's examples do (memory growth on, the other GPUs hidden).
+    Returns its name ("GPU:0"), or None where TensorFlow sees no GPU."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None
+    mine = gpus[local_rank % len(gpus)]
+    tf.config.experimental.set_memory_growth(mine, True)
+    tf.config.set_visible_devices(mine, "GPU")
+    return mine.name.replace("/physical_device:", "")
+
+
+def horovod_controller(hvd):
+    """How Horovod's ranks found each other: "mpi", "gloo" (or "unknown")."""
+    return "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "unknown")

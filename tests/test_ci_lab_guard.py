@@ -1,0 +1,151 @@
+"""Under CI the lab tests cannot quietly not run: labkit.lab_unavailable fails instead of skipping, and
+tests/conftest.py fails a run that collected lab tests and skipped or deselected any of them.
+
+The session guard is shown on tiny test files in a separate pytest process that loads this suite's own
+tests/conftest.py (`-p conftest`), with CI set or not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from labkit import ci, lab_unavailable
+from support import ROOT
+
+TESTS = Path(__file__).resolve().parent
+
+FILES = {
+    "test_lab_skips.py": """
+        import pytest
+
+        @pytest.mark.lab
+        def test_runs():
+            pass
+
+        @pytest.mark.lab
+        def test_skips():
+            pytest.skip("no lab on this machine")
+    """,
+    "test_lab_runs.py": """
+        import pytest
+
+        pytestmark = pytest.mark.lab
+
+        def test_runs():
+            pass
+    """,
+    "test_lab_unavailable.py": """
+        import pytest
+        from labkit import lab_unavailable
+
+        @pytest.fixture(scope="session")
+        def lab():
+            lab_unavailable("the lab needs root (network namespaces, mounts)")
+
+        @pytest.mark.lab
+        def test_uses_the_lab(lab):
+            pass
+    """,
+    "test_plain.py": """
+        import pytest
+
+        def test_passes():
+            pass
+
+        def test_skips():
+            pytest.skip("not a lab test: skipping is fine")
+    """,
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
+    return tmp_path
+
+
+def pytest_run(project: Path, ci_value: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    if ci_value is not None:
+        env["CI"] = ci_value
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT / "agent")])
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-rs",
+                           "-c", str(project / "pytest.ini"), "--rootdir", str(project), *args],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=120)
+
+
+def outcome(done: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {done.returncode}\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("ci_value", ["true", "1"])
+def test_under_ci_a_skipped_lab_test_fails_the_run(project: Path, ci_value: str) -> None:
+    done = pytest_run(project, ci_value, "test_lab_skips.py", "test_plain.py")
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, outcome(done)
+    assert "1 lab test(s) did not run" in done.stdout, outcome(done)
+    assert "test_lab_skips.py::test_skips: skipped: no lab on this machine" in done.stdout, outcome(done)
+    assert "2 passed, 2 skipped" in done.stdout, outcome(done)  # nothing failed by itself: the guard failed it
+
+
+@pytest.mark.parametrize("ci_value", [None, "false"])
+def test_without_ci_the_same_run_passes(project: Path, ci_value: str | None) -> None:
+    done = pytest_run(project, ci_value, "test_lab_skips.py", "test_plain.py")
+    assert done.returncode == pytest.ExitCode.OK, outcome(done)
+    assert "did not run" not in done.stdout, outcome(done)
+
+
+def test_under_ci_lab_tests_that_all_run_pass_and_other_skips_are_fine(project: Path) -> None:
+    done = pytest_run(project, "true", "test_lab_runs.py", "test_plain.py")
+    assert done.returncode == pytest.ExitCode.OK, outcome(done)
+
+
+def test_under_ci_deselecting_collected_lab_tests_fails_the_run(project: Path) -> None:
+    done = pytest_run(project, "true", "-m", "not lab", "test_lab_runs.py", "test_plain.py")
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, outcome(done)
+    assert "test_lab_runs.py::test_runs: deselected" in done.stdout, outcome(done)
+    assert pytest_run(project, None, "-m", "not lab", "test_lab_runs.py", "test_plain.py").returncode == 0
+
+
+def test_under_ci_a_run_that_collects_no_lab_test_is_not_concerned(project: Path) -> None:
+    done = pytest_run(project, "true", "-m", "not lab", "test_plain.py")  # like `pytest tests/node` in CI
+    assert done.returncode == pytest.ExitCode.OK, outcome(done)
+
+
+def test_lab_unavailable_fails_under_ci_and_skips_otherwise(project: Path) -> None:
+    done = pytest_run(project, "true", "test_lab_unavailable.py")
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, outcome(done)
+    assert "1 error" in done.stdout and "under CI (CI=true) they must: the lab needs root" in done.stdout, \
+        outcome(done)
+    done = pytest_run(project, None, "test_lab_unavailable.py")
+    assert done.returncode == pytest.ExitCode.OK and "1 skipped" in done.stdout, outcome(done)
+    assert "the lab needs root" in done.stdout, outcome(done)
+
+
+def test_ci_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value, expected in (("true", True), ("1", True), ("yes", True), (" True ", True), ("false", False),
+                            ("0", False), ("", False), ("off", False), ("no", False)):
+        monkeypatch.setenv("CI", value)
+        assert ci() is expected, value
+    monkeypatch.delenv("CI")
+    assert ci() is False
+    skipped = ended_by(lab_unavailable, "the lab needs root")
+    assert type(skipped) is pytest.skip.Exception and str(skipped) == "the lab needs root"
+    monkeypatch.setenv("CI", "true")
+    failed = ended_by(lab_unavailable, "the lab needs root")
+    assert type(failed) is pytest.fail.Exception and "under CI (CI=true) they must: the lab needs root" in str(failed)
+
+
+def ended_by(function, *args) -> BaseException:
+    """The skip or failure a helper ends the test with, caught either way (an uncaught skip would pass as a skip)."""
+    try:
+        function(*args)
+    except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+        return exc
+    raise AssertionError(f"{function.__name__} returned")
