@@ -4,19 +4,24 @@ exit 3. `gpucheck.main` puts them beside `gpucheck cluster` under one parser."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from . import config, netbench, profiles
-from .cli_types import Parser, fail, seconds
+from .cli_types import Parser, fail, port, seconds
 from .files import write_atomically
 from .model import EXIT_OK, EXIT_UNKNOWN
 
+MAX_PARSE_INPUT_B = 64 * 1024 * 1024  # `gpucheck parse` reads at most this: no tool log is larger
+
 EPILOG = """\
 exit codes (Nagios/Slurm convention): 0 all pass, 1 warnings only, 2 at least one failure,
-3 could not run (bad input, or a check that could not run and no failure).
+3 could not run (bad input, or a check that could not run and no failure). An internal error is one line
+and exit 3; GPUCHECK_DEBUG=1 adds its traceback.
 
 examples:
   gpucheck node                          check this machine with the auto-selected profile
@@ -26,6 +31,12 @@ examples:
   gpucheck parse nccl-tests all_reduce.log    read a log you already have
   gpucheck profiles                      which profiles exist, which one this node gets
 """
+
+
+def output_path(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("needs a file name")
+    return text
 
 
 def add_parsers(sub: Any) -> None:
@@ -45,7 +56,9 @@ def add_parsers(sub: Any) -> None:
                       "prefixes (gpu, ib) or globs (gpu.ecc*)")
     node.add_argument("--skip", nargs="+", default=[], metavar="ID", help="leave these checks out")
     node.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
-    node.add_argument("--output", metavar="FILE", help="write the report to FILE (written whole or not at all)")
+    node.add_argument("--output", type=output_path, metavar="FILE",
+                      help="write the report to FILE: a file (or a link's target) is replaced whole, keeping its "
+                           "mode; a device or FIFO (/dev/stdout, a named pipe) is written to; a directory is refused")
     node.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                       help="limit for each probe: NVML, tools, framework imports (default: 60)")
     node.add_argument("--bench-timeout", type=seconds, default=600.0, metavar="SECONDS",
@@ -56,7 +69,8 @@ def add_parsers(sub: Any) -> None:
                            description="Read the output of a GPU-cluster tool and print what gpucheck reads "
                                        "from it as JSON. Exit 3 if FILE is not that kind of output.")
     parse.add_argument("kind", choices=sorted(PARSERS), metavar="KIND", help="one of: " + ", ".join(sorted(PARSERS)))
-    parse.add_argument("file", metavar="FILE", help="the file to read, - for standard input")
+    parse.add_argument("file", metavar="FILE", help=f"the file to read, - for standard input (at most "
+                       f"{MAX_PARSE_INPUT_B // 2**20} MiB)")
 
     prof = sub.add_parser("profiles", help="list profiles and which one this node would get")
     prof.add_argument("--profiles-dir", metavar="DIR", help="look here first")
@@ -69,13 +83,13 @@ def add_parsers(sub: Any) -> None:
                                      "the bandwidth as JSON.")
     net_sub = net.add_subparsers(dest="net_command", metavar="ACTION", required=True, parser_class=Parser)
     serve = net_sub.add_parser("serve", help="receive one stream and print its bandwidth")
-    serve.add_argument("--port", type=int, default=netbench.DEFAULT_PORT)
+    serve.add_argument("--port", type=port, default=netbench.DEFAULT_PORT, help="TCP port (default: %(default)s)")
     serve.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
                        help="give up when no sender connects within this time")
     send = net_sub.add_parser("send", help="stream to a node running `gpucheck net serve`")
     send.add_argument("host")
-    send.add_argument("--port", type=int, default=netbench.DEFAULT_PORT)
-    send.add_argument("--seconds", type=seconds, default=3.0)
+    send.add_argument("--port", type=port, default=netbench.DEFAULT_PORT, help="TCP port (default: %(default)s)")
+    send.add_argument("--seconds", type=seconds, default=3.0, help="how long to stream (default: %(default)g)")
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -89,13 +103,18 @@ def cmd_node(args: argparse.Namespace) -> int:
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))
     text = render(report, args.format)
-    if args.output:
+    if args.output is not None:
         path = Path(args.output)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if args.output.endswith("/"):  # Path() drops the slash that says "a directory"
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:  # a file where a directory must be
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
             write_atomically(path, text)
         except OSError as exc:
-            fail(f"cannot write {path}: {exc.strerror or exc}")
+            fail(f"cannot write {args.output}: {exc.strerror or exc}")
         counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
         print(f"gpucheck node: {counts} — exit {report.exit_code}; report in {args.output}", file=sys.stderr)
     else:
@@ -108,11 +127,16 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
     try:
         if args.file == "-":
-            text = sys.stdin.buffer.read().decode(errors="replace")
+            data = sys.stdin.buffer.read(MAX_PARSE_INPUT_B + 1)
         else:
-            text = Path(args.file).read_bytes().decode(errors="replace")
+            with open(args.file, "rb") as source:
+                data = source.read(MAX_PARSE_INPUT_B + 1)
     except OSError as exc:
-        fail(f"cannot read {args.file}: {exc.strerror}")
+        fail(f"cannot read {args.file}: {exc.strerror or exc}")
+    if len(data) > MAX_PARSE_INPUT_B:
+        fail(f"{args.file}: more than {MAX_PARSE_INPUT_B // 2**20} MiB; gpucheck parse reads a tool's output, "
+             f"not this")
+    text = data.decode(errors="replace")
     try:
         result = parse(args.kind, text)
     except ParseError as exc:

@@ -1,8 +1,13 @@
-"""Writing reports: whole or not at all."""
+"""Writing reports: whole or not at all, to what the path names (`gpucheck node --output`, the cluster's
+report directory)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,13 +22,68 @@ UMASK = _umask()  # read once at import, in the main thread (os.umask is process
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of one. Raises OSError."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Write `text` (UTF-8) to `path` as a careful `> path` would. Raises OSError, whose strerror says why.
+
+    - A regular file, or no file yet: replaced atomically (readers see the old file or the new one, never half
+      of one). An existing file keeps its mode (a node_exporter textfile stays readable) and, where we may, its
+      owner; a new one is 0666 & ~umask, as any file a program creates.
+    - A symbolic link is followed: its target is replaced, in the target's directory; the link stays a link.
+    - A character device or a FIFO (/dev/null, a named pipe a collector reads) and anything reached through
+      /proc (/dev/stdout, /dev/fd/N: the caller's own open file) are written in place, appending: they cannot
+      be replaced, and replacing /dev/null as root would destroy it. A FIFO nobody reads is refused, not waited on.
+    - A directory, a block device or a socket is refused.
+    """
+    data = text.encode("utf-8")
     try:
-        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600; a report is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None  # nothing there yet, or a dangling link: create it (its target), as `>` does
+    if st is not None and (not stat.S_ISREG(st.st_mode) or _reached_through_proc(path)):
+        _write_in_place(path, st, data)
+        return
+    target = Path(os.path.realpath(path))  # a link's target; the file itself when it is none
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.")
+    try:
+        if st is not None and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(OSError):  # only root may give a file away; others keep their own
+                os.fchown(fd, st.st_uid, st.st_gid)
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~UMASK)  # mkstemp makes 0600
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _reached_through_proc(path: Path) -> bool:
+    """Whether a link on the way to `path` goes through /proc (/dev/stdout -> /proc/self/fd/1): the file is
+    someone's open file, to be written, not replaced (`--output /dev/stdout >> log` must append to log)."""
+    current, hops = os.path.abspath(path), 0
+    while hops < 40:
+        if os.path.realpath(os.path.dirname(current)).split(os.sep)[:2] == ["", "proc"]:
+            return True
+        if not os.path.islink(current):
+            return False
+        current = os.path.join(os.path.dirname(current), os.readlink(current))
+        hops += 1
+    return False
+
+
+def _write_in_place(path: Path, st: os.stat_result, data: bytes) -> None:
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        what = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+        raise OSError(errno.EINVAL, f"{what}, not written", str(path))
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | (os.O_NONBLOCK if stat.S_ISFIFO(mode) else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and stat.S_ISFIFO(mode):
+            raise OSError(errno.ENXIO, "a FIFO with no reader", str(path)) from None
+        raise
+    with os.fdopen(fd, "wb") as out:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # then write as anyone
+        out.write(data)

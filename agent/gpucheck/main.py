@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from . import __version__, cli
-from .cli_types import Parser
+from .cli_types import Parser, guarded
 from .cluster import cli as cluster_cli
 from .model import EXIT_UNKNOWN
 
@@ -22,18 +22,19 @@ def build_parser() -> Parser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return EXIT_UNKNOWN
     handlers = {**cli.HANDLERS, "cluster": cluster_cli.run}
-    try:
-        return handlers[args.command](args)
-    except KeyboardInterrupt:
-        print("gpucheck: interrupted", file=sys.stderr)
-        return EXIT_UNKNOWN
+    return handlers[args.command](args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Whatever happens, one of the exit codes 0-3; anything unexpected is one line and exit 3."""
+    return guarded(lambda: dispatch(argv))
 
 
 if __name__ == "__main__":

@@ -2,19 +2,26 @@
 
 A profile may `inherits:` another and override some keys (section by section; `match` is never
 inherited), so a site copies and edits a profile
-and never edits code to change a threshold. Unknown keys are errors: a typo must not silently
-turn a check off.
+and never edits code to change a threshold. Unknown keys are errors, and so are unknown names in the
+lists (a library, a clock event reason, a framework): a typo must not silently turn a check off.
+Numbers must be finite and in range. A file a site edits is input: whatever it holds, loading it ends
+quickly with a profile or a one-line ProfileError.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .config import KNOWN_FRAMEWORKS
 
 DEFAULT_PROFILE = "generic"
 
@@ -75,10 +82,46 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     },
 }
 TOP_LEVEL = {"name", "description", "inherits", *SCHEMA}
+TEXT_KEYS = ("name", "description", "inherits")
+
+# The names a profile's lists may hold. The node checks use these names; each is defined here once.
+LIBRARY_NAMES = ("cudart", "cudnn", "nccl", "mpi")  # node/known_libraries.py says how each is found
+# nvmlClocksEventReason* bits 0..8 in order (nvml.h); node/nvml.py decodes the mask with these names.
+CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+                       "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                       "display_clock_setting")
+# As `horovodrun --check-build` lists them ("Available Controllers", "Available Tensor Operations");
+# MLSL is what Horovod before 0.20 called CCL.
+HOROVOD_CONTROLLERS = ("mpi", "gloo")
+HOROVOD_OPERATIONS = ("nccl", "mpi", "gloo", "ddl", "ccl", "mlsl")
+# (section, key) -> the names its list may hold, and how an item is written before it is looked up.
+LIST_NAMES: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[str], str]]] = {
+    ("libraries", "required"): (LIBRARY_NAMES, lambda item: item.removeprefix("lib")),
+    ("health", "clocks_event_reasons_fail"): (CLOCK_EVENT_REASONS, str),
+    ("health", "clocks_event_reasons_warn"): (CLOCK_EVENT_REASONS, str),
+    ("frameworks", "required"): (KNOWN_FRAMEWORKS, str),
+    ("frameworks", "horovod_controllers_required"): (HOROVOD_CONTROLLERS, str.lower),
+    ("frameworks", "horovod_ops_required"): (HOROVOD_OPERATIONS, str.lower),
+}
+# Every number is finite, and within (lowest, highest, whether the lowest itself is excluded): counts,
+# minimums, maximums and sizes >= 0, a key named *_fraction in (0, 1], and these:
+NON_NEGATIVE = (0, math.inf, False)
+FRACTION = (0, 1, True)
+RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
+    ("bandwidth", "nccl_allreduce_size_B"): (1, math.inf, False),
+    ("match", "gpu_count"): (1, math.inf, False),
+}
+
+MAX_PROFILE_BYTES = 1 << 20
+MAX_YAML_NODES = 10_000  # with every alias expanded; a profile has a few hundred
+MAX_INHERITS = 32  # profiles in one `inherits:` chain
 
 
 class ProfileError(Exception):
     """A profile cannot be found or is malformed. str(e) is a one-line reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(" ".join(str(reason).split()))
 
 
 @dataclass
@@ -118,9 +161,19 @@ def available(extra_dir: str | os.PathLike | None = None) -> dict[str, Path]:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open("rb") as source:
+            raw = source.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ProfileError(f"profile {path} is larger than {MAX_PROFILE_BYTES // 2**20} MiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"profile {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                           f"{exc.start})") from None
+    try:
+        data = _parse_yaml(text, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -130,10 +183,52 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
+def _parse_yaml(text: str, path: Path) -> Any:
+    """yaml.safe_load, refusing before construction a document that its aliases make huge ("billion
+    laughs": nine aliases of nine aliases of ...) or make contain itself."""
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise ProfileError(f"profile {path} is nested too deeply") from None
+        if node is None:
+            return None
+        _check_size(node, path)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_size(root: yaml.Node, path: Path) -> None:
+    """Count the nodes with every alias expanded, without expanding any (each node's count once)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else (
+            node.value if isinstance(node, yaml.SequenceNode) else [])
+        if children_done:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+            if sizes[id(node)] > MAX_YAML_NODES:
+                raise ProfileError(f"profile {path} expands to more than {MAX_YAML_NODES} YAML nodes "
+                                   "(anchors and aliases used over and over)")
+        elif id(node) in open_nodes:
+            raise ProfileError(f"profile {path} has an alias inside the anchor it refers to")
+        elif id(node) not in sizes:
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+
+
 def validate(data: dict[str, Any], origin: str) -> None:
     for key, value in data.items():
         if key not in TOP_LEVEL:
             raise ProfileError(f"{origin}: unknown key '{key}' (known: {', '.join(sorted(TOP_LEVEL))})")
+        if key in TEXT_KEYS and value is not None and not isinstance(value, str):
+            raise ProfileError(f"{origin}: '{key}' must be text, got {_shown(value)}")
         if key in SCHEMA:
             if not isinstance(value, dict):
                 raise ProfileError(f"{origin}: '{key}' must be a mapping")
@@ -145,13 +240,51 @@ def validate(data: dict[str, Any], origin: str) -> None:
                     not isinstance(subvalue, allowed) or (isinstance(subvalue, bool) and bool not in allowed)
                 ):
                     names = "/".join(t.__name__ for t in allowed)
-                    raise ProfileError(f"{origin}: '{key}.{sub}' must be {names}, got {subvalue!r}")
-    regex = data.get("gpu", {}).get("name_regex") or data.get("match", {}).get("gpu_name_regex")
-    if regex:
-        try:
-            re.compile(regex)
-        except re.error as exc:
-            raise ProfileError(f"{origin}: bad regular expression {regex!r}: {exc}") from None
+                    raise ProfileError(f"{origin}: '{key}.{sub}' must be {names}, got {_shown(subvalue)}")
+                _check_value(origin, key, sub, subvalue)
+    for section, key in (("gpu", "name_regex"), ("match", "gpu_name_regex")):
+        regex = data.get(section, {}).get(key)
+        if regex:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise ProfileError(f"{origin}: '{section}.{key}' is a bad regular expression {_shown(regex)}: "
+                                   f"{exc}") from None
+
+
+def _check_value(origin: str, section: str, key: str, value: Any) -> None:
+    """Numbers finite and in range; list items among the known names; disk paths absolute."""
+    name = f"{section}.{key}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high, low_open = RANGES.get((section, key)) or (FRACTION if key.endswith("_fraction") else NON_NEGATIVE)
+        if (isinstance(value, float) and not math.isfinite(value)) or value > high or (
+                value <= low if low_open else value < low):
+            what = (f"{'>' if low_open else '>='} {low:g}" if high == math.inf
+                    else f"in {'(' if low_open else '['}{low:g}, {high:g}]")
+            raise ProfileError(f"{origin}: '{name}' must be a finite number {what}, got {_shown(value)}")
+    elif isinstance(value, list) and (section, key) in LIST_NAMES:
+        known, spelling = LIST_NAMES[(section, key)]
+        for item in value:
+            if not isinstance(item, str):
+                raise ProfileError(f"{origin}: '{name}' holds names, got {_shown(item)}")
+            if spelling(item) not in known:
+                close = difflib.get_close_matches(spelling(item), known, n=1)
+                hint = f"did you mean '{close[0]}'? " if close else ""
+                raise ProfileError(f"{origin}: '{name}' has unknown name {_shown(item)} ({hint}known: "
+                                   f"{', '.join(known)})")
+    elif isinstance(value, dict):  # host.disk_free_GiB_min: {path: GiB}
+        for path, minimum in value.items():
+            if not isinstance(path, str) or not path.startswith("/"):
+                raise ProfileError(f"{origin}: '{name}' keys are absolute paths, got {_shown(path)}")
+            if isinstance(minimum, bool) or not isinstance(minimum, (int, float)):
+                raise ProfileError(f"{origin}: '{name}.{path}' must be a number, got {_shown(minimum)}")
+            _check_value(origin, section, f"{key}.{path}", minimum)
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -164,31 +297,50 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load(name_or_path: str, extra_dir: str | os.PathLike | None = None, _seen: tuple[str, ...] = ()) -> Profile:
-    """Load a profile by name (from the search dirs) or by path, resolving `inherits`."""
+def _locate(name_or_path: str, extra_dir: str | os.PathLike | None,
+            listed: dict[str | os.PathLike | None, dict[str, Path]]) -> Path:
     candidate = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
         if not candidate.is_file():
             raise ProfileError(f"profile file {name_or_path} does not exist")
-        path = candidate
-    else:
-        known = available(extra_dir)
-        if name_or_path not in known:
-            raise ProfileError(f"unknown profile '{name_or_path}' (known: {', '.join(sorted(known)) or 'none'})")
-        path = known[name_or_path]
-    if str(path) in _seen:
-        raise ProfileError(f"profile {path} inherits itself (through {' -> '.join(_seen)})")
-    data = _read(path)
-    validate(data, str(path))
-    parent = data.get("inherits")
-    if parent:
-        base = load(str(parent), extra_dir or path.parent, (*_seen, str(path)))
+        return candidate
+    if extra_dir not in listed:  # each directory listed once per load
+        listed[extra_dir] = available(extra_dir)
+    known = listed[extra_dir]
+    if name_or_path not in known:
+        raise ProfileError(f"unknown profile '{name_or_path}' (known: {', '.join(sorted(known)) or 'none'})")
+    return known[name_or_path]
+
+
+def load(name_or_path: str, extra_dir: str | os.PathLike | None = None) -> Profile:
+    """Load a profile by name (from the search dirs) or by path, resolving `inherits` (a chain read in a
+    loop, at most MAX_INHERITS long: never a recursion a site's files can make as deep as they like)."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    listed: dict[str | os.PathLike | None, dict[str, Path]] = {}
+    target, lookup_dir = name_or_path, extra_dir
+    while True:
+        path = _locate(target, lookup_dir, listed)
+        seen = [str(p) for p, _ in chain]
+        if str(path) in seen:
+            raise ProfileError(f"profile {path} inherits itself (through {' -> '.join(seen)})")
+        if len(chain) == MAX_INHERITS:
+            raise ProfileError(f"profile {chain[0][0]}: its `inherits` chain is longer than {MAX_INHERITS} "
+                               f"profiles ({chain[0][0].stem} -> {chain[1][0].stem} -> ... -> {path.stem})")
+        data = _read(path)
+        validate(data, str(path))
+        chain.append((path, data))
+        if not data.get("inherits"):
+            break
+        target, lookup_dir = str(data["inherits"]), extra_dir or path.parent
+    merged = chain[-1][1]
+    for _, data in reversed(chain[:-1]):
         own_match = data.get("match")  # auto-selection is never inherited: a variant states its own rule
-        data = _merge({k: v for k, v in base.data.items() if k != "match"},
-                      {k: v for k, v in data.items() if k not in ("inherits", "match")})
+        merged = _merge({k: v for k, v in merged.items() if k != "match"},
+                        {k: v for k, v in data.items() if k not in ("inherits", "match")})
         if own_match:
-            data["match"] = own_match
-    return Profile(str(data.get("name") or path.stem), path, data)
+            merged["match"] = own_match
+    path = chain[0][0]
+    return Profile(str(merged.get("name") or path.stem), path, merged)
 
 
 def matches(profile: Profile, gpu_names: list[str], ib_hcas: int) -> bool:

@@ -579,12 +579,18 @@ static int add_rule(const char *path, int line, const char *key, const char *val
         }
         r->gpu = (int)idx;
     }
-    fi = find_function(fn);
-    if (fi < 0) {
+    if (strcmp(fn, "*") == 0) {
+        /* every per-GPU function, for one GPU only: a GPU that answers nothing right */
+        if (r->gpu < 0) {
+            PERR(path, line, "'*' needs a GPU: '*@gpuN'");
+            return -1;
+        }
+        fi = -1;
+    } else if ((fi = find_function(fn)) < 0) {
         PERR(path, line, "'%s' names unknown function '%s'", key, fn);
         return -1;
     }
-    if (r->gpu >= 0 && !k_functions[fi].per_gpu) {
+    if (fi >= 0 && r->gpu >= 0 && !k_functions[fi].per_gpu) {
         PERR(path, line, "'%s' is not a per-GPU function; drop the @gpu part", fn);
         return -1;
     }
@@ -849,13 +855,15 @@ static void hang_forever(void)
         pause();
 }
 
-/* Returns NVML_SUCCESS, a `fail` code, or never returns (`hang`). */
+/* The first rule that matches decides (file order): NVML_SUCCESS (no rule, or a `fail` rule with
+ * code NVML_SUCCESS, which exempts a call from a later rule), a `fail` code, or never returns
+ * (`hang`). A `*@gpuN` rule matches every per-GPU call about GPU N. */
 static nvmlReturn_t apply_rules(const char *fn, int gpu)
 {
     int i;
     for (i = 0; i < g_scn.nrules; i++) {
         const fake_rule *r = &g_scn.rules[i];
-        if (strcmp(r->fn, fn) != 0 || (r->gpu >= 0 && r->gpu != gpu))
+        if ((strcmp(r->fn, fn) != 0 && strcmp(r->fn, "*") != 0) || (r->gpu >= 0 && r->gpu != gpu))
             continue;
         if (r->action == RULE_HANG)
             hang_forever();

@@ -276,6 +276,102 @@ def test_connect_errors_are_classified() -> None:
         assert ssh.classify_connect_error(host, exc, 10) == (status, kind, reason)
 
 
+def test_connect_errors_of_our_own_are_classified() -> None:
+    from paramiko.ssh_exception import ProxyCommandFailure
+
+    from gpucheck.cluster.inventory import Host
+    from gpucheck.cluster.ssh_connect import KeyFileUnreadable, NoBanner
+
+    host = Host("n1", "n1.example", 22, "root", "/k", ("/k",), True)
+    assert ssh.classify_connect_error(host, KeyFileUnreadable("/k", "Permission denied"), 10) == (
+        Status.ERROR, "auth", "cannot read key file /k: Permission denied")
+    assert ssh.classify_connect_error(host, NoBanner(), 2) == (
+        Status.FAIL, "unreachable", "unreachable: n1.example:22: accepted the connection but sent no SSH banner "
+        "within 2 s (a hung sshd?)")
+    status, kind, reason = ssh.classify_connect_error(host, ProxyCommandFailure("sshpass -p pw nc", "exit 1"), 10)
+    assert (status, kind, reason) == (Status.ERROR, "ssh", "the proxy command to n1.example:22 failed: exit 1")
+
+
+def test_an_unreadable_key_is_that_hosts_error_before_any_connection(tmp_path: Path) -> None:
+    from gpucheck.cluster.inventory import Host
+
+    gone = tmp_path / "id_gone"
+    host = Host("n1", "127.0.0.1", free_port(), "root", str(gone), (), True)
+    outcome = fanout.collect(host, Options(), "true")
+    assert (outcome.status, outcome.kind) == (Status.ERROR, "auth")
+    assert outcome.reason == f"cannot read key file {gone}: No such file or directory"
+
+
+def test_finding_the_report_is_linear_in_the_output() -> None:
+    import tracemalloc
+
+    from gpucheck.cluster import agent_report
+
+    report = node_report("n1")
+    noise = ('{"log": "' + "x" * 40 + '"} and more\n') * 8_000  # 440 kB, a line starting with { every 55 bytes
+    text = noise + json.dumps(report, indent=2)
+    tracemalloc.start()
+    try:
+        assert agent_report.find(text) == report
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * len(text), f"{peak / 2**20:.0f} MiB to read {len(text) / 2**20:.1f} MiB"  # was 1.6 GiB
+    began = time.monotonic()
+    assert agent_report.find(noise * 20) is None  # 9 MB
+    assert agent_report.find(noise + "{" * 100_000) is None  # deeper than Python parses: no RecursionError
+    assert agent_report.find("{" + '"a": [' * 100_000) is None
+    assert time.monotonic() - began < 5
+    assert agent_report.find(json.dumps(report)) == report  # compact, alone
+    inner = "{\n" + ",\n".join(f'"k{i}":\n{{"v": {i}}}' for i in range(40)) + ',\n"results": [], "exit_code": 0\n}'
+    assert agent_report.find(inner)["k39"] == {"v": 39}  # a report alone, however its inner lines start
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"exit_code": True}, "exit_code is a boolean (True), not 0, 1, 2 or 3"),
+    ({"exit_code": 4}, "exit_code is a number (4), not 0, 1, 2 or 3"),
+    ({"exit_code": None}, "exit_code is missing, not 0, 1, 2 or 3"),
+    ({"results": {"a": 1}}, "results is a mapping, not a list"),
+    ({"results": [{"check": "", "status": "pass"}]}, "results[0].check is '', not a check name"),
+    ({"results": [{"check": "a", "status": "pass", "reason": 3}]}, "results[0].reason is a number, not text"),
+    ({"results": [{"check": "a", "status": "pass", "duration_s": "1"}]}, "results[0].duration_s is a string, "
+                                                                          "not a number"),
+    ({"thresholds": []}, "thresholds is a list, not a mapping"),
+    ({"counts": "3"}, "counts is a string, not a mapping"),
+    ({"facts": {"frameworks": {"tf": "2.15"}}}, "facts.frameworks.tf is a string, not a mapping"),
+    ({"host": ["n1"]}, "host is a list, not text"),
+    ({"exit_code": 3}, "exit_code 3 but its results say 0"),
+])
+def test_a_report_of_the_wrong_shape_says_what_is_wrong(change, problem) -> None:
+    from gpucheck.cluster import agent_report
+
+    report = node_report("n1")
+    assert agent_report.problem(report) is None
+    report.update(change)
+    if change.get("exit_code", "") is None:
+        del report["exit_code"]
+    assert agent_report.problem(report) == problem
+    outcome = fanout.interpret("n1", json.dumps(report), "", 0, 1.0, 300)
+    assert (outcome.status, outcome.kind, outcome.reason) == (Status.ERROR, "malformed",
+                                                              f"agent report malformed: {problem}")
+    assert outcome.report is None
+
+
+def test_bounded_output_keeps_the_head_and_the_tail() -> None:
+    from gpucheck.cluster.ssh_output import Bounded
+
+    kept = Bounded(tail_chars=100, head_chars=10)
+    for i in range(1000):
+        kept.add(f"{i:04d}\n")
+    text = kept.text()
+    assert text.startswith("0000\n0001\n") and text.endswith("0998\n0999\n")
+    assert "[gpucheck: 4890 characters of output cut here]" in text and len(text) < 100 + 10 + 60 + 5
+    small = Bounded(tail_chars=100, head_chars=10)
+    small.add("abc")
+    small.add("def")
+    assert small.text() == "abcdef"
+
+
 def test_interpret_tolerates_a_banner_before_the_report() -> None:
     report = node_report("n1")
     outcome = fanout.interpret("n1", "Welcome to n1\n" + json.dumps(report, indent=2), "", 0, 1.0, 300)

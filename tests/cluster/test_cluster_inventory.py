@@ -148,14 +148,41 @@ def test_bad_input_is_one_line(tmp_path: Path, ini: Path, capfd: pytest.CaptureF
     assert out == "" and err == "", "Ansible printed on its own"
 
 
-def test_unreadable_key_files(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+def test_an_unreadable_key_file_is_left_to_that_hosts_connection(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """One host's missing key must not stop the others: the inventory keeps the path, the fan-out makes it
+    that host's `auth` error (tests/faults/test_cluster_faults.py runs it)."""
     path = tmp_path / "hosts.ini"
-    path.write_text(f"[gpu_nodes]\nn1 ansible_ssh_private_key_file={tmp_path / 'missing_key'}\n")
-    with pytest.raises(InventoryError, match=r"^n1: cannot read key file .*missing_key: No such file"):
+    path.write_text(f"[gpu_nodes]\nn1 ansible_ssh_private_key_file={tmp_path / 'missing_key'}\n"
+                    f"n2 ansible_ssh_private_key_file={tmp_path}\nn3\n")
+    assert [h.key_file for h in load([str(path)]).hosts] == [str(tmp_path / "missing_key"), str(tmp_path), None]
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize(("name", "shown"), [
+    ("node 01", "'node 01'"), ("node01\nnode99", "'node01\\nnode99'"), ("n\tx", "'n\\tx'"),
+    ("n\u200bx", "'n\\u200bx'"), ("n\u2028x", "'n\\u2028x'")])
+def test_a_host_name_that_is_not_one_word_is_refused(tmp_path: Path, name: str, shown: str) -> None:
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"ok1": {}, name: {}}}}}}))
+    with pytest.raises(InventoryError) as caught:
         load([str(path)])
-    path.write_text(f"[gpu_nodes]\nn1 ansible_ssh_private_key_file={tmp_path}\n")  # a directory
-    with pytest.raises(InventoryError, match=r"^n1: cannot read key file .*: Is a directory"):
-        load([str(path)])
+    assert str(caught.value).startswith(f"host name {shown} has whitespace or a control character: ")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("pattern", "limit", "message"), [
+    (None, "node01,nothere", "--limit 'nothere' matches no host or group in "),
+    (None, "!nothere", "--limit 'nothere' matches no host or group in "),
+    (None, "gpu_nodes:&gpu_nodes:!typo", "--limit 'typo' matches no host or group in "),
+    ("gpu_nodes:nothere", None, "--pattern 'nothere' matches no host or group in "),
+    (None, "", "--limit '' matches no host: it names no host or group"),
+    (None, " , ", "--limit ' , ' matches no host: it names no host or group"),
+])
+def test_a_pattern_part_that_ansible_would_skip_is_refused(ini: Path, capfd: pytest.CaptureFixture, pattern, limit,
+                                                           message) -> None:
+    with pytest.raises(InventoryError) as caught:
+        load([str(ini)], pattern, limit)
+    assert str(caught.value).startswith(message), str(caught.value)
     assert capfd.readouterr() == ("", "")
 
 
@@ -178,6 +205,10 @@ def test_bad_values(tmp_path: Path) -> None:
     path.write_text("[gpu_nodes]\nn1 ansible_ssh_common_args='-o \"UserKnownHostsFile=/x'\n")
     with pytest.raises(InventoryError, match=r"^n1: cannot split ssh arguments"):
         load([str(path)])
+    for value in ("inf", "nan", "0", "-1", "soon", "1e400"):
+        path.write_text(f"[gpu_nodes]\nn1 ansible_ssh_common_args='-o ConnectTimeout={value}'\n")
+        with pytest.raises(InventoryError, match=rf"^n1: ConnectTimeout='{value}' is not a number of seconds above 0$"):
+            load([str(path)])
 
 
 def vault(text: str) -> str:

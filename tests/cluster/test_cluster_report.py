@@ -177,7 +177,7 @@ def test_html_escapes_inventory_names() -> None:
 def test_writer_writes_atomically_and_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = writer.ReportWriter(tmp_path / "r")
     out.node("node/../01", {"host": "x"})
-    assert (tmp_path / "r" / "nodes" / "node_.._01.json").exists()
+    assert [p.name for p in (tmp_path / "r" / "nodes").iterdir()] == [writer.node_file("node/../01")[6:]]
     d = doc()
     out.write(d)
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted([*writer.FILES, "nodes"])
@@ -209,3 +209,112 @@ def test_default_report_dir_is_a_utc_timestamp() -> None:
 
     when = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc)
     assert str(writer.default_dir(when)) == "gpucheck-report-20260304T050607Z"
+
+
+def test_node_files_are_unique_per_host_name(tmp_path: Path) -> None:
+    names = ["n/1", "n_1", "n:1", "n 1", "..", ".hidden", "x" * 300, "x" * 301, "node01", "Node01"]
+    files_ = [writer.node_file(n) for n in names]
+    assert len(set(files_)) == len(names)
+    assert writer.node_file("node01") == "nodes/node01.json" and writer.node_file("n_1") == "nodes/n_1.json"
+    assert writer.node_file("n/1").startswith("nodes/n_1~") and "~" not in writer.safe_name("n~1")
+    out = writer.ReportWriter(tmp_path / "r")
+    for name in names:
+        out.node(name, {"host": name})
+    kept = {json.loads(p.read_text())["host"] for p in (tmp_path / "r" / "nodes").iterdir()}
+    assert kept == set(names)
+    assert all(not p.name.startswith(".") and len(p.name) < 255 for p in (tmp_path / "r" / "nodes").iterdir())
+
+
+def test_the_document_says_which_file_holds_each_node() -> None:
+    ctx = context(1)
+    ctx.inventory.hosts.append(Host("n/1", "127.0.0.1", 22, "root", None, (), True))
+    doc = handoff.document(ctx, "t", 1.0, [], False)
+    assert doc["nodes"]["node01"]["file"] == "nodes/node01.json"
+    assert doc["nodes"]["n/1"]["file"] == writer.node_file("n/1")
+
+
+def test_an_interrupted_run_leaves_no_node_pending() -> None:
+    ctx = context(2)
+    reported(ctx, "node01")
+    doc = handoff.document(ctx, "t", 1.0, [], False, interrupted=True)
+    assert doc["nodes"]["node02"]["status"] == "error" and doc["exit_code"] == 3
+    assert doc["nodes"]["node02"]["reason"] == "not checked: the run was interrupted"
+    for render in (render_junit, render_markdown, render_html, render_drain):
+        assert "pending" not in render(doc).lower()
+
+
+SECRET_CASES = [
+    ("-o UserKnownHostsFile=/k -o 'ProxyCommand=sshpass -p hunter2 ssh -W %h:%p jump'", "hunter2",
+     "-o UserKnownHostsFile=/k -o 'ProxyCommand=[redacted]"),
+    ('-o ProxyCommand="nc -X connect -x u:pw@p:3128 %h %p" -o StrictHostKeyChecking=no', "pw@",
+     "-o ProxyCommand=[redacted] -o StrictHostKeyChecking=no"),
+    ("-o ProxyCommand ssh -W %h:%p admin@bastion", "bastion", "-o ProxyCommand [redacted]"),
+    ('ProxyCommand("sshpass -p x nc h 22") returned nonzero exit status: 1', "sshpass",
+     "ProxyCommand([redacted]) returned nonzero exit status: 1"),
+    ("-o PasswordAuthentication=yes -o SshPassword=letmein", "letmein", "-o PasswordAuthentication[redacted]"),
+    ("sshpass -e -p 'my pw' ssh host", "my pw", "sshpass -e -p [redacted] ssh host"),
+    ("sshpass -ps3cr3t ssh host", "s3cr3t", "sshpass -p[redacted] ssh host"),
+    ("env HTTPS_PROXY=http://ops:pr0xy@proxy:3128 gpucheck", "pr0xy",
+     "env HTTPS_PROXY=http://ops:[redacted]@proxy:3128 gpucheck"),
+    ("tool --password=abc --user x", "abc", "tool --password=[redacted] --user x"),
+    ("ansible_ssh_pass: hunter2\nnext line", "hunter2", "ansible_ssh_pass: [redacted]\nnext line"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret", "written"), SECRET_CASES)
+def test_redact_removes_each_kind_of_secret(text: str, secret: str, written: str) -> None:
+    from gpucheck.report.cluster_redact import redact
+
+    assert redact(text) == written and secret not in redact(text)
+
+
+def test_redact_leaves_ordinary_text_alone() -> None:
+    from gpucheck.report.cluster_redact import redact
+
+    for text in ("sudo: a password is required", "https://github.com/x/y.git", "node01 passes 3 checks",
+                 "unreachable: 10.0.0.1:22: connection refused", "the proxy command to h:22 failed: exit 1"):
+        assert redact(text) == text
+
+
+def test_the_writer_redacts_every_file_and_writes_no_nan(tmp_path: Path) -> None:
+    ctx = context(2)
+    ctx.inventory.hosts[1] = Host("node02", "127.0.0.1", 22, "root", None, (), True,
+                                  proxy_command="sshpass -p hunter2 ssh -W %h:%p jump")
+    ctx.options.remote_command = "env http_proxy=http://u:hunter2@proxy gpucheck"
+    reported(ctx, "node01", measured={"bw.x": float("nan")})
+    ctx.nodes["node02"] = NodeOutcome("node02", Status.ERROR, "ProxyCommand(\"sshpass -p hunter2 x\") failed", "ssh")
+    out = writer.ReportWriter(tmp_path / "r")
+    written = out.write(handoff.document(ctx, "t", 1.0, ["gpucheck", "--remote-command",
+                                                         ctx.options.remote_command], True))
+    out.node("node02", ctx.nodes["node02"].to_dict())
+    for path in (tmp_path / "r").rglob("*"):
+        assert path.is_dir() or "hunter2" not in path.read_text(), path
+    assert written["inventory"]["hosts"][1]["proxy_command"] == "[redacted]"
+    assert "hunter2" not in render_summary(written, tmp_path)
+
+    def refuse(name: str) -> None:
+        raise ValueError(name)
+
+    doc = json.loads((tmp_path / "r" / "report.json").read_text(), parse_constant=refuse)
+    assert doc["nodes"]["node01"]["report"]["results"][-1]["measured"] == "nan"
+
+
+def test_renderers_take_odd_values() -> None:
+    """Whatever a document holds (a hand-edited report.json, a future field), each renderer writes it."""
+    doc = handoff.document(sample_context(), "t", 1.0, [], True)
+    doc["nodes"]["node01"]["report"]["results"].append("not a result")
+    doc["nodes"]["node01"]["report"]["facts"] = ["odd"]
+    doc["nodes"]["node02"]["wall_s"] = "slow"
+    doc["nodes"]["node03"]["reason"] = "a | b\r\nc \x1b[31mred\x00"
+    doc["nodes"]["node04"]["evidence"] = "\x00\x07\x1b"
+    doc["cluster"].append({"check": 7, "status": None, "reason": ["x"]})
+    doc["pairs"].append({"a": "node01", "b": "node04", "value": "nan", "unit": "Gb/s"})
+    doc["scaling"].append({"label": "x", "gpus": "?", "throughput": None, "efficiency": "nan"})
+    doc["drain"].append({"node": "bad name\nnode99", "reason": "line\nbreak"})
+    doc["counts"] = None
+    ET.fromstring(render_junit(doc).split("\n", 1)[1])
+    assert "| a \\| b c" in render_markdown(doc)
+    assert "nodes" in render_html(doc)
+    drained = render_drain(doc).splitlines()
+    assert drained[-1] == "bad\\x20name\\x0anode99 line break" and len(drained) == len(doc["drain"])
+    assert "gpucheck cluster: 4 node(s): none" in render_summary(doc, "out")

@@ -57,6 +57,41 @@ def test_unreachable_host_is_a_result(sshd: LoopbackSshd) -> None:
     assert ssh.start(gone, Options(), "true", 5).wait().kind == "unreachable"
 
 
+def test_stage_commands_meet_the_same_connect_failures_as_the_fan_out(sshd: LoopbackSshd, tmp_path: Path,
+                                                                      capfd: pytest.CaptureFixture) -> None:
+    """A key file we cannot read, a server that never speaks: the stages' ssh.run/start say so as the
+    fan-out does, quietly (no paramiko log line on stderr)."""
+    import socket
+
+    nokey = Host("nokey", "127.0.0.1", sshd.ports[0], "root", str(tmp_path / "gone"), (str(sshd.known_hosts),), True)
+    done = ssh.run(nokey, Options(), "true", 5)
+    assert (done.kind, done.error) == ("auth", f"nokey: cannot read key file {tmp_path / 'gone'}: No such file or "
+                                               "directory")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        mute = Host("mute", "127.0.0.1", silent.getsockname()[1], "root", str(sshd.client_key), (), True,
+                    connect_timeout=1)
+        began = time.monotonic()
+        done = ssh.run(mute, Options(), "true", 5)
+        assert time.monotonic() - began < 4
+        assert done.kind == "unreachable" and "sent no SSH banner within 1 s" in done.error
+        assert ssh.start(mute, Options(), "true", 5).wait().kind == "unreachable"
+    time.sleep(1.5)  # paramiko's transport thread gives up on the banner now: it must say nothing
+    assert capfd.readouterr().err == ""
+
+
+def test_a_command_that_prints_a_flood_keeps_its_head_and_tail(sshd: LoopbackSshd) -> None:
+    from gpucheck.cluster.ssh_output import HEAD_CHARS, STDOUT_TAIL_CHARS
+
+    flood = STDOUT_TAIL_CHARS + 4 * HEAD_CHARS
+    done = ssh.run(host(sshd), Options(), f"echo first; head -c {flood} /dev/zero | tr '\\0' x; echo; echo last",
+                   60)
+    assert done.exit == 0 and done.stdout.startswith("first\n") and done.stdout.endswith("x\nlast\n")
+    assert "characters of output cut here]" in done.stdout
+    assert len(done.stdout) < STDOUT_TAIL_CHARS + HEAD_CHARS + 2000  # a read (1000 bytes) beyond at most
+
+
 def test_a_command_that_never_started_answers_as_one_that_ended() -> None:
     why = ssh.Remote("n1", "serve", error="n1: cannot start the command: SSHException: boom", kind="ssh")
     bg = ssh_background.Background.not_started(why)

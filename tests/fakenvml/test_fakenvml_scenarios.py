@@ -125,6 +125,19 @@ def test_t4(run_probe) -> None:
     assert r.value("cuda_driver_version") == 11070
 
 
+def test_h100_1gpu_is_the_measured_gpu(run_probe) -> None:
+    r = run_probe("h100-1gpu")
+    assert r.value("count") == 1
+    assert (r.value("driver_version"), r.value("cuda_driver_version")) == ("580.159.04", 13000)
+    assert r.value("name", 0) == "NVIDIA H100 80GB HBM3"
+    assert r.value("pci", 0)["busId"] == "00000000:00:06.0"
+    assert r.value("memory_v2", 0)["total"] == 81559 * MIB and r.value("memory_v2", 0)["reserved"] == 480 * MIB
+    assert (r.value("temperature", 0), r.value("threshold_slowdown", 0)) == (34, 89)
+    assert (r.value("power_usage_mW", 0), r.value("enforced_power_limit_mW", 0)) == (72588, 700_000)
+    assert r.error("nvlink", 0) == "NVMLError_NotSupported"
+    assert r.error("fabric_v3", 0) == "NVMLError_NotSupported"
+
+
 def test_p100(run_probe) -> None:
     r = run_probe("p100")
     assert r.value("name", 0) == "Tesla P100-PCIE-16GB"
@@ -165,6 +178,11 @@ FAULTS: dict[str, Any] = {
     "gpu-lost": lambda h: {**_gone(4, h), (4, "handle"): ("error", "NVMLError_GpuIsLost")},
     "mig-enabled": lambda h: {(0, "mig_mode"): _val([1, 1])},
     "lab": lambda h: {(None, "count"): _val(2), **{k: v for g in range(2, 8) for k, v in _gone(g, h).items()}},
+    "ecc-read-error": lambda h: {(3, f"ecc_{kind}_{scope}"): ("error", "NVMLError_Unknown")
+                                 for kind in ("corrected", "uncorrected") for scope in ("volatile", "aggregate")},
+    # the handle is given (first matching rule), every other answer about GPU 6 is an error
+    "gpu-unresponsive": lambda h: {k: ("error", "NVMLError_Unknown") for k in h.answers
+                                   if k[0] == 6 and k[1] != "handle"},
 }
 
 
@@ -177,7 +195,8 @@ def test_each_fault_changes_exactly_its_answers(healthy: ProbeResult, run_probe,
 
 
 def test_every_scenario_file_is_covered_by_a_test() -> None:
-    tested = set(FAULTS) | {"dgx-h100", "dgx-a100", "t4", "p100", "driver-mismatch", "hang"}
+    tested = set(FAULTS) | {"dgx-h100", "dgx-a100", "t4", "p100", "driver-mismatch", "hang", "h100-1gpu",
+                            "hang-shutdown"}
     present = {p.stem for p in scenario_path("dgx-h100").parent.glob("*.scn")}
     assert present == tested
 
@@ -250,3 +269,18 @@ def test_a_hung_call_blocks_only_its_own_thread(run_python) -> None:
     proc = run_python(code, "hang", timeout=20)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["alive", "30"]
+
+
+def test_hang_shutdown_answers_everything_then_blocks_at_shutdown(libdir: Path, tmp_path: Path,
+                                                                  healthy: ProbeResult, run_probe) -> None:
+    before = run_probe("hang-shutdown", "--no-shutdown")
+    assert before.done
+    assert before.answers == {k: v for k, v in healthy.answers.items()
+                              if k[1] not in ("shutdown", "count_after_shutdown")}
+    trace = tmp_path / "trace"
+    with pytest.raises(subprocess.TimeoutExpired) as info:
+        subprocess.run([sys.executable, str(PROBE), "--gpus", "0", "--only", "name"],
+                       env=env_for(scenario_path("hang-shutdown"), libdir, trace),
+                       capture_output=True, text=True, timeout=3, check=False)
+    assert not any(line.get("done") for line in parse_lines(info.value.stdout))
+    assert trace.read_text().splitlines()[-1] == "nvmlShutdown"

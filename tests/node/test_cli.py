@@ -99,3 +99,85 @@ def test_output_formats_render_the_same_results(tmp_path):
     assert 'check="host.disk",status="pass"} 1' in prom and "gpucheck_exit_code" in prom
     text = run_gpucheck([*args], env).stdout
     assert "host.disk" in text and "exit code 0" in text
+
+
+# ---------------------------------------------------------------- the option types, the config shapes, the guard
+
+@pytest.mark.parametrize("kind,text,value", [
+    ("seconds", "60", 60.0), ("seconds", "0.5", 0.5), ("seconds", "1e3", 1000.0), ("seconds", "604800", 604800.0),
+    ("seconds", ".25", 0.25), ("whole_number", "50", 50), ("whole_number", "+7", 7), ("port", "65535", 65535),
+    ("port", "1", 1), ("fraction", "1", 1.0), ("fraction", "0.9", 0.9),
+])
+def test_option_types_take_ordinary_values(kind, text, value):
+    from gpucheck import cli_types
+
+    parsed = getattr(cli_types, kind)(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize("kind,text,message", [
+    ("seconds", "inf", "'inf' is not a number of seconds"), ("seconds", "NaN", "'NaN' is not a number of seconds"),
+    ("seconds", "infinity", "'infinity' is not a number of seconds"),
+    ("seconds", "1e309", "must be at most 604800 (one week)"), ("seconds", "0", "must be greater than 0"),
+    ("seconds", "1e-320", "must be at least 0.001"), ("whole_number", "1.0", "'1.0' is not a whole number"),
+    ("whole_number", "\u0663", "'\u0663' is not a whole number"),  # int() would take an Arabic-Indic 3
+    ("whole_number", "1000001", "must be at most 1000000"), ("port", "65536", "must be at most 65535"),
+    ("port", "-0", "must be greater than 0"), ("fraction", "0", "must be greater than 0"),
+    ("fraction", "1.0000001", "must be at most 1"), ("size", "1025G", "must be at most 1T (1024G)"),
+    ("size", "0M", "'0M' is not a size like 64M, 1G or 1048576"), ("size", "9" * 5000, "must be at most 1T (1024G)"),
+])
+def test_option_types_refuse_what_no_option_means(kind, text, message):
+    import argparse
+
+    from gpucheck import cli_types
+
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        getattr(cli_types, kind)(text)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("text,words", [
+    ("stacks: [a]\n", "'stacks' must be a mapping"),
+    ("profiles_dir: 123\n", "'profiles_dir' must be a string, not a number"),
+    ("profile: [x]\n", "'profile' must be a string, not a list"),
+    ("profile: {a: 1}\n", "'profile' must be a string, not a mapping"),
+    ("stacks: {s: {python: p, frameworks: tensorflow}}\n", "'frameworks' must be a list"),
+    ("stacks: {s: {python: p, frameworks: [{a: 1}]}}\n", "unknown framework(s) {'a': 1}"),
+    ("stacks: {s: {python: p, frameworks: [torch], extra: 1}}\n", "stack 's' has unknown key(s) extra"),
+    ("stacks: {s: [python]}\n", "stack 's' needs a 'python' path"),
+    ("true: 1\n", "unknown key(s) True"),
+])
+def test_node_yaml_shapes_are_config_errors(tmp_path, text, words):
+    from gpucheck import config
+
+    path = tmp_path / "node.yaml"
+    path.write_text(text)
+    with pytest.raises(config.ConfigError) as refused:
+        config.load(path)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_node_yaml_as_the_role_writes_it_loads(tmp_path):
+    from gpucheck import config
+
+    path = tmp_path / "node.yaml"
+    path.write_text("profile: auto\nprofiles_dir: /etc/gpucheck/checks\nstacks:\n  tf-horovod:\n"
+                    "    python: /opt/stacks/tf-horovod/bin/python\n    frameworks: [tensorflow, horovod]\n")
+    site = config.load(path)
+    assert site.profile == "auto" and site.profiles_dir == "/etc/gpucheck/checks"
+    assert site.stacks == [config.Stack("tf-horovod", "/opt/stacks/tf-horovod/bin/python", ["tensorflow", "horovod"])]
+    (tmp_path / "empty.yaml").write_text("profile:\nstacks:\n")
+    assert config.load(tmp_path / "empty.yaml").stacks == [] and config.load(tmp_path / "empty.yaml").profile == "auto"
+
+
+def test_whatever_escapes_a_command_is_one_line_and_exit_3(monkeypatch, capsys):
+    from gpucheck import cli, main
+
+    def boom(args):
+        raise KeyError("gpu")
+    monkeypatch.setitem(cli.HANDLERS, "checks", boom)
+    monkeypatch.delenv("GPUCHECK_DEBUG", raising=False)
+    assert main.main(["checks"]) == 3
+    assert capsys.readouterr().err == "gpucheck: internal error: KeyError: 'gpu' (please report)\n"
+    monkeypatch.setitem(cli.HANDLERS, "checks", lambda args: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert main.main(["checks"]) == 3 and capsys.readouterr().err == "gpucheck: interrupted\n"

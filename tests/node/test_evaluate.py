@@ -11,7 +11,7 @@ import copy
 import pytest
 
 from gpucheck.model import Status
-from gpucheck.node import bandwidth, gpu, health, host, infiniband, kernel_log, links
+from gpucheck.node import CollectError, bandwidth, gpu, health, host, infiniband, kernel_log, links
 from gpucheck.profiles import load
 
 H100 = load("dgx-h100")
@@ -224,3 +224,142 @@ def test_nic_affinity_uses_sysfs_numa_when_nvml_has_none():
 def test_sysfs_address_from_nvml_bus_id():
     assert links.sysfs_pci_address("00000000:1B:00.0") == "0000:1b:00.0"
     assert links.sysfs_pci_address("00000009:01:00.0") == "0009:01:00.0"
+
+
+# ---- fields NVML could not read: never a pass, never a made-up value (per_gpu.read_finding)
+
+UNKNOWN = {"call": "nvmlDeviceGetX", "error": "NVML_ERROR_UNKNOWN", "text": "Unknown Error"}
+POWER = {"call": "nvmlDeviceGetX", "error": "NVML_ERROR_INSUFFICIENT_POWER", "text": "Insufficient External Power"}
+HUNG = {"call": "nvmlDeviceGetX", "error": "hung", "text": "did not return within 3 s"}
+
+
+UNREAD = [  # (check, field key, the values the collector leaves None)
+    (health.ecc_mode, "ecc_mode", {"ecc_mode": None}),
+    (health.ecc_errors, "ecc_volatile_uncorrected", {"ecc_errors": {"volatile_uncorrected": None}}),
+    (health.ecc_errors, "ecc_aggregate_uncorrected", {"ecc_errors": {"aggregate_uncorrected": None}}),
+    (health.row_remap, "remapped_rows", {"remapped_rows": None}),
+    (health.clocks, "clocks_event_reasons", {"clocks_event_reasons": None}),
+    (health.temperature, "temperature", {"temperature_C": None}),
+    (health.temperature, "temperature_slowdown", {"temperature_slowdown_C": None}),
+    (health.power, "power", {"power_W": None}),
+    (health.power, "power_limit", {"power_limit_W": None}),
+    (gpu.model, "name", {"name": None}),
+    (gpu.compute_capability, "compute_capability", {"compute_capability": None}),
+    (gpu.memory, "memory", {"memory_total_MiB": None}),
+    (gpu.persistence, "persistence_mode", {"persistence_mode": None}),
+    (gpu.mig, "mig_mode", {"mig_mode": None, "mig_mode_pending": None}),
+    (links.pcie, "pcie_width", {"pcie": {"width": None}}),
+    (links.nvlink, "nvlink", {"nvlink": None}),
+]
+
+
+def with_unread(key: str, values: dict, record: dict) -> dict:
+    facts = nvml_facts()
+    g = facts["gpus"][3]
+    for name, value in values.items():
+        g[name] = {**g[name], **value} if isinstance(value, dict) else value
+    g["errors"][key] = dict(record)
+    return {"nvml": facts}
+
+
+@pytest.mark.parametrize("evaluate,key,values", UNREAD, ids=[f"{c[0].__name__}-{c[1]}" for c in UNREAD])
+def test_a_field_that_was_not_read_is_an_error_naming_gpu_field_and_nvml_error(evaluate, key, values):
+    result = evaluate(with_unread(key, values, UNKNOWN), H100)
+    assert result.status == Status.ERROR, result
+    assert result.reason == (f"GPU3 (00000000:1B:00.0): {key} not read: nvmlDeviceGetX answered "
+                             "NVML_ERROR_UNKNOWN (Unknown Error)")
+    assert "dmesg" in result.remediation
+    hardware = evaluate(with_unread(key, values, POWER), H100)
+    assert hardware.status == Status.FAIL
+    assert "NVML_ERROR_INSUFFICIENT_POWER (a device's external power cables are not properly attached)" in \
+        hardware.reason
+    hung = evaluate(with_unread(key, values, HUNG), H100)
+    assert (hung.status, hung.reason.split(": ", 1)[1]) == (Status.ERROR, f"{key} not read: nvmlDeviceGetX hung "
+                                                                          "(did not return within 3 s)")
+
+
+def test_a_field_error_beside_a_real_fault_on_the_same_gpu_keeps_the_fault():
+    facts = with_unread("ecc_aggregate_uncorrected", {"ecc_errors": {"aggregate_uncorrected": None}}, UNKNOWN)
+    facts["nvml"]["gpus"][3]["ecc_errors"]["volatile_uncorrected"] = 2
+    result = health.ecc_errors(facts, H100)
+    assert result.status == Status.FAIL
+    assert "2 volatile uncorrected" in result.reason and "ecc_aggregate_uncorrected not read" in result.reason
+
+
+def test_a_field_error_is_reported_even_when_the_profile_skips_the_check():
+    generic = load("generic")
+    for evaluate, key, values in ((health.power, "power", {"power_W": None}),
+                                  (health.ecc_mode, "ecc_mode", {"ecc_mode": None}),
+                                  (links.nvlink, "nvlink", {"nvlink": None}),
+                                  (gpu.memory, "memory", {"memory_total_MiB": None})):
+        assert evaluate({"nvml": nvml_facts()}, generic).status == Status.SKIP
+        assert evaluate(with_unread(key, values, UNKNOWN), generic).status == Status.ERROR
+    facts = nvml_facts()  # Hopper: page retirement unsupported everywhere but one GPU failed to say
+    facts["gpus"][3]["errors"]["retired_pages"] = dict(UNKNOWN)
+    assert health.retired_pages({"nvml": facts}, H100).status == Status.ERROR
+
+
+def test_not_supported_is_no_error():
+    facts = nvml_facts()
+    for g in facts["gpus"]:
+        g.update(nvlink=None, mig_mode=None, mig_mode_pending=None, remapped_rows=None)
+    assert gpu.mig({"nvml": facts}, H100).status == Status.PASS
+    assert health.row_remap({"nvml": facts}, H100).status == Status.SKIP
+    assert links.nvlink({"nvml": facts}, load("h100-1gpu")).status == Status.SKIP
+
+
+def test_count_names_lost_unresponsive_and_pci_only_gpus():
+    facts = nvml_facts()
+    facts["gpus"][6].update(lost=True, lost_reason="no NVML call about it answered (nvmlDeviceGetName: X)")
+    facts["gpus"][2]["stopped_answering"] = "nvmlDeviceGetTemperature and nvmlDeviceGetPowerUsage hung"
+    result = gpu.count({"nvml": facts}, H100)
+    assert result.status == Status.FAIL
+    assert result.reason == ("7 of 8 GPUs respond; GPU6 is lost (no NVML call about it answered (nvmlDeviceGetName: "
+                             "X)); GPU2 (00000000:1A:00.0) stopped answering NVML (nvmlDeviceGetTemperature and "
+                             "nvmlDeviceGetPowerUsage hung)")
+    seven = nvml_facts()
+    seven["gpus"].pop()
+    bus = {"gpus": [{"address": f"0000:{0x18 + i:02x}:00.0", "driver": "nvidia"} for i in range(8)]}
+    generic = gpu.count({"nvml": seven, "pci_gpus": bus}, load("generic"))
+    assert (generic.status, generic.reason) == (
+        Status.FAIL, "1 of 8 GPUs on the PCI bus not visible to NVML: 0000:1f:00.0 (driver nvidia)")
+    assert gpu.count({"nvml": nvml_facts(), "pci_gpus": bus}, load("generic")).status == Status.PASS
+    assert gpu.count({"nvml": seven, "pci_gpus": None}, load("generic")).status == Status.PASS  # no bus to compare
+
+
+def test_profile_is_chosen_as_if_every_gpu_on_the_bus_answered():
+    from gpucheck.node.pipeline import selection_names
+
+    seven = nvml_facts()
+    seven["gpus"].pop()
+    seven["gpus"][4].update(lost=True, name=None)
+    bus = {"gpus": [{"address": f"0000:{0x18 + i:02x}:00.0"} for i in range(8)]}
+    assert selection_names(seven, bus) == ["NVIDIA H100 80GB HBM3"] * 8
+    assert selection_names(seven, {}) == ["NVIDIA H100 80GB HBM3"] * 7
+    assert selection_names({"gpus": [{"index": 0, "lost": True}]}, bus) == []
+
+
+def test_pci_collector_lists_nvidia_display_and_3d_controllers_only(tmp_path, monkeypatch):
+    from gpucheck.node import Context
+    from lab.fakenvml import write_pci_tree
+
+    root = write_pci_tree(tmp_path, ["00000000:18:00.0"], [
+        ("0000:05:00.0", "0x10de", "0x068000"),  # NVSwitch (bridge)
+        ("0000:18:00.1", "0x10de", "0x040300"),  # HDMI audio function
+        ("0000:03:00.0", "0x1a03", "0x030000"),  # the BMC's VGA
+    ])
+    write_pci_tree(root, ["0000:65:00.0"], device="0x1eb8", gpu_class="0x030000", driver=None)
+    monkeypatch.setenv("GPUCHECK_SYSFS_ROOT", str(root))
+    assert links.collect_pci_gpus(Context()) == {"gpus": [
+        {"address": "0000:18:00.0", "device": "0x2330", "class": "0x030200", "driver": "nvidia"},
+        {"address": "0000:65:00.0", "device": "0x1eb8", "class": "0x030000", "driver": None}]}
+    monkeypatch.setenv("GPUCHECK_SYSFS_ROOT", str(tmp_path / "nothing"))
+    with pytest.raises(CollectError):
+        links.collect_pci_gpus(Context())
+
+
+def test_a_downtrained_link_still_fails_when_another_part_of_the_link_was_not_read():
+    facts = with_unread("pcie_gen_max", {"pcie": {"width": 8, "gen_max": None}}, UNKNOWN)
+    result = links.pcie(facts, H100)
+    assert result.status == Status.FAIL
+    assert "link trained to x8 of x16" in result.reason and "pcie_gen_max not read" in result.reason

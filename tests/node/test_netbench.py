@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from support import ROOT
 
 
@@ -36,3 +38,16 @@ def test_nobody_listening_is_one_line_and_exit_3():
                            "--seconds", "0.2"], capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "agent")},
                           timeout=60)
     assert done.returncode == 3 and "refused" in done.stdout
+
+
+@pytest.mark.parametrize("args,line", [
+    (["serve", "--port", "70000"], "argument --port: must be at most 65535"),
+    (["serve", "--port", "0"], "argument --port: must be greater than 0"),
+    (["send", "127.0.0.1", "--port", "http"], "argument --port: 'http' is not a port number"),
+    (["send", "127.0.0.1", "--seconds", "inf"], "argument --seconds: 'inf' is not a number of seconds"),
+    (["serve", "--timeout", "nan"], "argument --timeout: 'nan' is not a number of seconds"),
+])
+def test_a_port_or_time_no_socket_takes_is_one_line_and_exit_3(args, line):
+    done = subprocess.run([sys.executable, "-m", "gpucheck", "net", *args], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT / "agent")}, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "", f"gpucheck: error: {line} (see --help)\n")

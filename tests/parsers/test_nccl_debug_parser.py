@@ -75,3 +75,35 @@ def test_mpirun_tagged_socket_devices() -> None:
 def test_info_lines_with_nothing_to_report_are_rejected() -> None:
     with pytest.raises(ParseError, match="nccl-debug"):
         parse("nccl-debug", "hostname:3442:3442 [0] NCCL INFO Launch mode Parallel\n")
+
+
+# The network NCCL took is among the transports, named as the channel lines name it, even where no
+# channel line crosses the network (one node, or a log cut after init).
+NET_CASES = {
+    "socket-selected": ("node01:1201:1288 [0] NCCL INFO NET/IB : No device found.\n"
+                        "node01:1201:1288 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.11<0>\n"
+                        "node01:1201:1288 [0] NCCL INFO Using network Socket\n", ["NET/Socket"]),
+    "ib-selected": ("node01:1201:1288 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.11<0>\n"
+                    "node01:1201:1288 [0] NCCL INFO Using network IB\n"
+                    "node01:1201:1288 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read\n",
+                    ["NET/IB", "P2P", "P2P/IPC"]),
+    "init-line-only": ("[1,0]<stdout>:node01:1201:1288 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.11<0>\n",
+                       ["NET/Socket"]),
+    "sharp-plugin": ("node01:1201:1288 [0] NCCL INFO NET/IBext : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.0.11<0>\n",
+                     ["NET/IBext"]),
+    "ofi-plugin": ("node01:1201:1288 [0] NCCL INFO NET/OFI Using Libfabric version 1.22\n"
+                   "node01:1201:1288 [0] NCCL INFO Using network AWS Libfabric\n", ["NET/AWS Libfabric"]),
+}
+
+
+@pytest.mark.parametrize("case", list(NET_CASES))
+def test_the_network_nccl_selected_is_a_transport(case: str) -> None:
+    text, transports = NET_CASES[case]
+    assert parse("nccl-debug", text)["transports"] == transports
+
+
+def test_the_selected_network_wins_over_another_that_initialised() -> None:
+    text = ("node01:1201:1288 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.11<0>\n"
+            "node01:1201:1288 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.11<0>\n"
+            "node01:1201:1288 [0] NCCL INFO Using network Socket\n")
+    assert parse("nccl-debug", text)["transports"] == ["NET/Socket"]

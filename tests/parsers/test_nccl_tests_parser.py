@@ -89,7 +89,8 @@ def test_wrong_results_alone_make_the_run_failed() -> None:
     assert r["wrong_total"] == 128 and r["failed"] is True
 
 
-@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "node01: ", "3: "], ids=["mpirun", "pdsh", "srun"])
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "node01: ", "3: ", " 3: "],
+                         ids=["mpirun", "pdsh", "srun", "srun-padded"])
 def test_launcher_prefix_on_every_line(prefix: str) -> None:
     text = "".join(prefix + line for line in real(GCP).splitlines(keepends=True))
     r = nccl(text)
@@ -182,3 +183,23 @@ def test_cuda_failure_line_alone_is_recognised_and_failed() -> None:
 def test_perftest_style_numbers_are_not_nccl_rows() -> None:
     with pytest.raises(ParseError):
         nccl(" 65536      882805           0.00               92.57                0.176554\n")
+
+
+GH200 = "nccl-tests/gh200-2node-allreduce-wrong-96-32-at-1MB-FAILED-v2.17.8-nccltests369.txt"
+
+
+def test_a_later_run_reporting_0_ok_does_not_hide_wrong_values() -> None:
+    # Two runs in one capture (a retry, or one run per collective): the first had 4 out-of-bounds values.
+    r = nccl(real(GH200) + real(GCP))
+    assert r["footers"] == [{"out_of_bounds": 4, "avg_busbw_GBps": 4.79995},
+                            {"out_of_bounds": 0, "avg_busbw_GBps": 70.742}]
+    assert r["out_of_bounds"] == 4 and r["failed"] is True
+    assert r["avg_busbw_GBps"] == 4.79995  # the worst run's average
+
+
+@pytest.mark.parametrize("joiner", ["\n", "", "\r\n#\n"], ids=["next-line", "same-line", "crlf-and-blank"])
+def test_the_average_after_a_failed_out_of_bounds_line_is_kept(joiner: str) -> None:
+    text = real(GH200).replace("# Out of bounds values : 4 FAILED\n", "# Out of bounds values : 4 FAILED" + joiner)
+    r = nccl(text)
+    assert r["footers"] == [{"out_of_bounds": 4, "avg_busbw_GBps": 4.79995}]
+    assert (r["out_of_bounds"], r["avg_busbw_GBps"], r["failed"]) == (4, 4.79995, True)

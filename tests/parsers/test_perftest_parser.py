@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,34 @@ def test_device_missing_is_perftest_output_that_failed() -> None:
 def test_unknown_bandwidth_unit_is_refused_not_guessed() -> None:
     with pytest.raises(ParseError, match="unknown bandwidth unit"):
         perftest(real(SUPERBENCH).replace("[MB/sec]", "[KiB/s]"))
+
+
+# A long line costs what its length costs. Before, the header pattern tried every letter of a line as the
+# start of a "Key : value", and the banner and column patterns had two open-ended parts: a 40 kB line took
+# seconds. Measured against the same number of bytes in ordinary lines, in the same run: no wall-clock limit.
+LONG_LINES = {
+    "letters": "a" * 40_000,
+    "words": "Device " * 6_000,
+    "banner": "RDMA_Write " + "BW " * 13_000,
+    "columns": " #bytes " + "BW peak[" * 5_000,
+    "percentiles": " #bytes " + "9" * 40_000,
+}
+
+
+def best_of(runs: int, text: str) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        perftest(text)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@pytest.mark.parametrize("kind", list(LONG_LINES))
+def test_a_long_line_costs_no_more_than_as_many_ordinary_lines(kind: str) -> None:
+    base = real(SUPERBENCH)
+    line = LONG_LINES[kind]
+    ordinary = base * (len(line) // len(base) + 1)  # the same bytes, in ordinary lines
+    with_long_line = base + line + "\n"
+    assert perftest(with_long_line)["bw_avg_Gbps"] == pytest.approx(192.45376)  # the long line changes nothing
+    assert best_of(3, with_long_line) < 10 * best_of(3, ordinary)

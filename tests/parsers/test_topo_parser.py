@@ -65,6 +65,7 @@ Legend:
 
   X    = Self
   PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  NV#  = Connection traversing a bonded set of # NVLinks
 
 NIC Legend:
 
@@ -76,7 +77,7 @@ def test_pcie_only_box_copied_with_spaces_and_crlf() -> None:
     r = parse("topo", PCIE_ONLY_SPACES.replace("\n", "\r\n"))
     assert (r["gpus"], r["nics"]) == (["GPU0", "GPU1"], ["mlx5_0"])
     assert r["links"] == {"GPU0-GPU1": "PHB", "GPU0-mlx5_0": "SYS", "GPU1-mlx5_0": "SYS"}
-    assert r["nvlink"] is False
+    assert (r["nvlink"], r["matrix"]) == (False, "nvlink+pcie")  # the legend of `topo -m` lists NV#
     assert r["cpu_affinity"] == {"GPU0": "0-15", "GPU1": "0-15"} and r["numa_affinity"]["GPU1"] == "0"
 
 
@@ -86,3 +87,39 @@ def test_matrix_cut_after_two_rows() -> None:
     assert r["gpus"] == GPUS
     assert r["links"]["GPU0-GPU6"] == "NV2" and "GPU2-GPU3" not in r["links"]
     assert r["cpu_affinity"]["GPU1"] == "0-95" and r["cpu_affinity"]["GPU5"] is None
+
+
+# `nvidia-smi topo -mp`: the same matrix with PCIe paths only, and a legend without the NV# line. On this
+# DGX-1V hybrid cube mesh, GPU0-GPU1 are joined by NVLink, but -mp shows their PCIe path (PIX).
+PCIE_MATRIX = """\
+\tGPU0\tGPU1\tGPU2\tCPU Affinity
+GPU0\t X \tPIX\tSYS\t0-19,40-59
+GPU1\tPIX\t X \tSYS\t0-19,40-59
+GPU2\tSYS\tSYS\t X \t20-39,60-79
+
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+"""
+
+
+def test_pcie_only_matrix_does_not_know_about_nvlink() -> None:
+    r = parse("topo", PCIE_MATRIX)
+    assert r["links"]["GPU0-GPU1"] == "PIX" and r["gpu_link_types"] == ["PIX", "SYS"]
+    assert (r["nvlink"], r["matrix"]) == (None, "pcie")
+
+
+def test_the_command_line_says_pcie_only_when_the_legend_is_cut() -> None:
+    text = "$ nvidia-smi topo -mp\n" + PCIE_MATRIX.split("Legend:")[0]
+    assert (parse("topo", text)["nvlink"], parse("topo", text)["matrix"]) == (None, "pcie")
+
+
+def test_no_legend_and_no_nvlink_cell_is_unknown_not_no() -> None:
+    r = parse("topo", PCIE_MATRIX.split("Legend:")[0])
+    assert (r["nvlink"], r["matrix"]) == (None, None)
+    assert parse("topo", real(V100))["matrix"] == "nvlink+pcie"  # no legend, but NV1/NV2 cells

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucheck.parsers import parse
+from gpucheck.parsers import ParseError, parse
 from gpucheck.parsers.xid import SEVERITY
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
@@ -118,10 +118,32 @@ def test_timestamps_as_written(line: str, timestamp: str) -> None:
 
 def test_healthy_kernel_log_has_no_events() -> None:
     r = xid("[    0.000000] Linux version 6.1.0-18-amd64\n[    3.2] nvidia: loading out-of-tree module\n")
-    assert r == {"events": [], "counts": {}, "fallen_off_bus": [], "worst_severity": None}
+    assert r == {"events": [], "counts": {}, "fallen_off_bus": [], "worst_severity": None, "stray_bytes": 0}
 
 
 def test_log_cut_mid_line_keeps_the_complete_events() -> None:
     text = real("xid/gpu-xid31-mmu-fault-xid62-then-xid45-storm-chia301.txt")
     r = xid(text[: text.index("Ch 0000000f") - 40])
     assert r["counts"] == {"31": 1, "45": 7, "62": 1}
+
+
+STORM = "xid/gpu-xid31-mmu-fault-xid62-then-xid45-storm-chia301.txt"
+
+
+@pytest.mark.parametrize("junk", ["\x00", "\x00" * 64, "\x1b\x01\x7f\x9c", "\ufffd\ufffd"],
+                         ids=["one-nul", "nul-run", "control-bytes", "not-utf8"])
+def test_stray_bytes_in_the_kernel_log_hide_no_xid(junk: str) -> None:
+    text = real(STORM)
+    lines = text.splitlines(keepends=True)
+    # Between two records, and inside the Xid 62 record itself.
+    middle = len(lines) // 2
+    dirty = "".join(lines[:middle]) + junk + "".join(lines[middle:])
+    dirty = dirty.replace("NVRM: Xid (PCI:0000:0a:00): 62", "NVRM: Xid (PCI:0000:0a:00): 62" + junk, 1)
+    r = xid(dirty)
+    assert r["counts"] == {"31": 1, "45": 8, "62": 1}
+    assert r["worst_severity"] == "fatal" and r["stray_bytes"] == 2 * len(junk)
+
+
+def test_a_binary_file_is_still_not_a_kernel_log() -> None:
+    with pytest.raises(ParseError, match="no kernel log lines"):
+        xid("\x7fELF\x02\x01\x01\x00" + "\x00" * 64 + "GLIBC_2.2.5\x00libc.so.6\x00")

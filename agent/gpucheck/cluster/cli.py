@@ -4,10 +4,13 @@ fabric, rich load only when the command runs), so `gpucheck --help` stays fast."
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,12 @@ examples:
 stages (in this order): consistency (versions agree), network (pair bandwidth, the slow node named),
 mpi (one rank per node), allreduce (bus bandwidth across nodes), smoke (distributed training and
 scaling efficiency), stragglers (nodes below the fleet median).
+
+inventory: host names are one word (no whitespace or control character: drain.txt is one `node reason`
+line per node, for `while read n r; do scontrol update nodename=$n ...`); a --pattern or --limit part
+that matches no host is an error (Ansible would skip it). A key file that cannot be read is that
+host's error. The report holds no ProxyCommand, password or URL password: they are written [redacted].
+SIGTERM ends the run as Ctrl-C does: the report is written (interrupted) and the exit code is 3.
 """
 DEFAULTS = Options()  # the command line's defaults are Options' own
 
@@ -64,7 +73,8 @@ def add_parser(subparsers: Any) -> None:
                           "from ansible.cfg)")
     inv.add_argument("--pattern", metavar="PATTERN", help="Ansible host pattern (default: the gpu_nodes group if "
                      "the inventory has one, else all); compare one kind of node at a time")
-    inv.add_argument("-l", "--limit", metavar="SUBSET", help="further limit the hosts, as ansible --limit")
+    inv.add_argument("-l", "--limit", metavar="SUBSET", help="further limit the hosts, as ansible --limit (a part "
+                     "that matches no host is an error)")
     node = p.add_argument_group("what each node runs")
     node.add_argument("--profile", metavar="NAME", help="force this profile on every node (default: each node's own)")
     node.add_argument("--full", action="store_true", help="also run the node benchmarks (bw.*): needed to find "
@@ -111,8 +121,35 @@ def add_parser(subparsers: Any) -> None:
 
 
 def fail(message: str) -> int:
-    print(f"gpucheck: error: {message}", file=sys.stderr)
+    from ..report.cluster_redact import redact
+
+    print(f"gpucheck: error: {redact(message)}", file=sys.stderr)
     return EXIT_UNKNOWN
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or systemd's stop, `kill`): ends the run as Ctrl-C does, with the final
+    report written (interrupted, exit 3). A KeyboardInterrupt, so every place that closes connections
+    and stops pools on Ctrl-C does the same for it."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While the run goes on, SIGTERM raises Terminated in the main thread; a second SIGTERM during the
+    final write is ignored (the report is written in a moment: SIGKILL still ends us)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,12 +160,12 @@ def run(args: argparse.Namespace) -> int:
 
     selected = tuple(n for n in args.stages if n not in args.skip_stages)
     options = Options(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
-                           host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
-                           remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
-                           network_sample=args.network_sample, stages=selected, framework=args.framework,
-                           pair_seconds=args.pair_seconds, pair_fraction=args.pair_fraction,
-                           stage_timeout=args.stage_timeout, smoke_steps=args.smoke_steps,
-                           allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min)
+                      host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
+                      remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
+                      network_sample=args.network_sample, stages=selected, framework=args.framework,
+                      pair_seconds=args.pair_seconds, pair_fraction=args.pair_fraction,
+                      stage_timeout=args.stage_timeout, smoke_steps=args.smoke_steps,
+                      allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min)
     try:
         fanout.build_command(options)
     except ValueError as exc:
@@ -150,37 +187,41 @@ def run(args: argparse.Namespace) -> int:
     argv = ["gpucheck", *sys.argv[1:]]
 
     def save(complete: bool = False, interrupted: bool = False) -> dict[str, Any]:
-        doc = handoff.document(ctx, started, time.monotonic() - began, argv, complete, interrupted)
-        writer.write(doc)
-        return doc
+        """Writes the report files; returns the document as written (secrets redacted)."""
+        return writer.write(handoff.document(ctx, started, time.monotonic() - began, argv, complete, interrupted))
 
-    try:
-        save()
-        print(f"gpucheck cluster: {len(inventory.hosts)} host(s) from {', '.join(inventory.sources)} "
-              f"(pattern {inventory.pattern}{', limit ' + args.limit if args.limit else ''}); report in {directory}/")
-        with progress.make(len(inventory.hosts)) as bar:
-            def done(outcome: Any) -> None:
-                ctx.nodes[outcome.host] = outcome
-                writer.node(outcome.host, outcome.to_dict())
-                bar.update(outcome)
-
-            fan_began = time.monotonic()
-            fanout.fan_out(inventory.hosts, options, done)
-            ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
-        handoff.fail_safe(ctx.nodes)
-        save()
-        for name, stage in stages.STAGES:
-            if name not in selected:
-                continue
-            stages.run_stage(name, stage, ctx)
+    with sigterm_as_interrupt():
+        try:
             save()
-        doc = save(complete=True)
-    except KeyboardInterrupt:
-        doc = save(interrupted=True)
-        sys.stdout.write(report.render_summary(doc, directory))
-        print("gpucheck: interrupted", file=sys.stderr)
-        return EXIT_UNKNOWN
-    except OSError as exc:  # the report directory went away or filled up
-        return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
+            print(f"gpucheck cluster: {len(inventory.hosts)} host(s) from {', '.join(inventory.sources)} (pattern "
+                  f"{inventory.pattern}{', limit ' + args.limit if args.limit else ''}); report in {directory}/")
+            with progress.make(len(inventory.hosts)) as bar:
+                def done(outcome: Any) -> None:
+                    ctx.nodes[outcome.host] = outcome
+                    writer.node(outcome.host, outcome.to_dict())
+                    bar.update(outcome)
+
+                fan_began = time.monotonic()
+                fanout.fan_out(inventory.hosts, options, done)
+                ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
+            handoff.fail_safe(ctx.nodes)
+            save()
+            for name, stage in stages.STAGES:
+                if name not in selected:
+                    continue
+                stages.run_stage(name, stage, ctx)
+                save()
+            doc = save(complete=True)
+        except KeyboardInterrupt as exc:
+            try:
+                doc = save(interrupted=True)
+            except OSError as error:
+                return fail(f"cannot write the report in {directory}: {error.strerror or error}")
+            sys.stdout.write(report.render_summary(doc, directory))
+            print("gpucheck: terminated (SIGTERM)" if isinstance(exc, Terminated) else "gpucheck: interrupted",
+                  file=sys.stderr)
+            return EXIT_UNKNOWN
+        except OSError as exc:  # the report directory went away or filled up
+            return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
     sys.stdout.write(report.render_summary(doc, directory))
     return int(doc["exit_code"])

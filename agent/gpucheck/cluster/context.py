@@ -30,7 +30,8 @@ class NodeOutcome:
     host: str
     status: Status
     reason: str
-    kind: str  # report | unreachable | timeout | auth | host-key | ssh | agent-missing | agent-crashed | usage
+    kind: str  # report | unreachable | timeout | auth | host-key | ssh | agent-missing | agent-crashed | usage |
+    # malformed (a report that is not the shape of one)
     wall_s: float = 0.0
     exit_code: int | None = None  # the remote command's exit status, when it ended
     report: dict[str, Any] | None = None

@@ -2,12 +2,12 @@
 each answered. Connecting, the host-key policy and the remote timeout are ssh.py's.
 
 Every way a host can go wrong becomes that host's NodeOutcome, never an exception out of here:
-unreachable, authentication refused, unknown or changed host key, a hung agent, an agent that is
-missing, crashed or refused its arguments."""
+unreachable or silent, authentication refused or a key file we cannot read, unknown or changed host
+key, a hung agent, an agent that is missing, crashed, refused its arguments or printed a report that
+is not one (agent_report.py checks its shape)."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import threading
 import time
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from ..model import Status
-from . import ssh
+from . import agent_report, ssh
 from .context import NodeOutcome, Options
 from .inventory import Host
 
@@ -35,6 +35,9 @@ def build_command(options: Options) -> str:
         agent = shlex.split(options.remote_command)
     except ValueError as exc:
         raise ValueError(f"--remote-command: {exc}") from None
+    if not agent:
+        raise ValueError(f"--remote-command is empty ({options.remote_command!r}): give the agent's command on the "
+                         "nodes, e.g. gpucheck or /opt/gpucheck/bin/gpucheck")
     argv = [*agent, "node", "--format", "json"]
     if options.profile:
         argv += ["--profile", options.profile]
@@ -43,20 +46,6 @@ def build_command(options: Options) -> str:
     if options.full:
         argv.append("--full")
     return ssh.limited(ssh.command(argv), options.host_timeout)
-
-
-def _report_from(stdout: str) -> dict[str, Any] | None:
-    """The node's JSON report; tolerates lines printed before it (a login banner, a warning)."""
-    text = stdout.strip()
-    candidates = [text] + [text[i + 1:] for i in range(len(text)) if text[i] == "\n" and text[i + 1:i + 2] == "{"]
-    for candidate in candidates:
-        try:
-            report = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(report, dict) and isinstance(report.get("results"), list) and "exit_code" in report:
-            return report
-    return None
 
 
 def _summary(report: dict[str, Any]) -> str:
@@ -74,12 +63,15 @@ def _summary(report: dict[str, Any]) -> str:
 def interpret(host: str, stdout: str, stderr: str, exit_code: int | None, wall_s: float,
               host_timeout: float) -> NodeOutcome:
     """Pure: what the remote command's output and exit status say about the node."""
-    report = _report_from(stdout)
-    if report is not None:
-        status = REPORT_STATUS.get(report.get("exit_code"), Status.ERROR)
-        return NodeOutcome(host, status, _summary(report), "report", wall_s, exit_code, report,
-                           ssh.tail(stderr, 500))
+    report = agent_report.find(stdout)
     evidence = ssh.tail("\n".join(x for x in (stderr.rstrip(), stdout.rstrip()) if x), TAIL_CHARS)
+    if report is not None:
+        problem = agent_report.problem(report)
+        if problem:
+            return NodeOutcome(host, Status.ERROR, f"agent report malformed: {problem}", "malformed", wall_s,
+                               exit_code, evidence=evidence)
+        return NodeOutcome(host, REPORT_STATUS[report["exit_code"]], _summary(report), "report", wall_s, exit_code,
+                           report, ssh.tail(stderr, 500))
     last = next((line.strip() for line in reversed(evidence.splitlines()) if line.strip()), "")
     if exit_code == 127:
         return NodeOutcome(host, Status.ERROR, f"gpucheck agent not found on the node (exit 127): {last}",
@@ -105,10 +97,11 @@ def collect(host: Host, options: Options, command: str, connections: ssh.Connect
         conn = ssh.connection(host, options)
         if not connections.add(conn):  # registered before it opens: an interrupt closes a hanging connect too
             return NodeOutcome(host.name, Status.ERROR, "interrupted before it started", "ssh")
+        timeout = ssh.connect_timeout(host, options)
         try:
-            conn.open()
+            ssh.open_connection(conn, host, timeout)
         except Exception as exc:
-            status, kind, reason = ssh.classify_connect_error(host, exc, ssh.connect_timeout(host, options))
+            status, kind, reason = ssh.classify_connect_error(host, exc, timeout)
             return NodeOutcome(host.name, status, reason, kind, time.monotonic() - began)
         try:
             done = conn.run(command, hide=True, warn=True, in_stream=False, pty=False,

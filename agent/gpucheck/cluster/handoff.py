@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import __version__
 from ..model import EXIT_UNKNOWN, Result, Status, exit_code, worst
+from ..report.writer import node_file
 from .context import ClusterContext, ClusterResult, NodeOutcome
 
 DRAIN_PREFIX = "gpucheck:"  # an NHC-style resume undrains only the drains that carry its own prefix
@@ -106,9 +107,13 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
         outcome = ctx.nodes.get(name)
         if outcome:
             entry = node_entry(outcome, blame.get(name, []))
+        elif interrupted:
+            entry = {"host": name, "status": Status.ERROR.value, "reason": "not checked: the run was interrupted",
+                     "kind": "interrupted"}
         else:
             entry = {"host": name, "status": "pending", "reason": "not checked yet"}
         entry["address"] = f"{hosts[name].address}:{hosts[name].port}"
+        entry["file"] = node_file(name)  # where nodes/ keeps its outcome (once it has one)
         nodes[name] = entry
     node_counts = {s.value: 0 for s in Status}
     for entry in nodes.values():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -113,21 +114,49 @@ def _parse_failure(warnings: list[str]) -> str | None:
     return one_line(detail)
 
 
+def _terms(pattern: str) -> list[str]:
+    """The host/group names of an Ansible pattern (`a,b:&c:!d` -> a, b, c, d), as its warnings name them."""
+    return [t.lstrip("!&") for t in re.split(r"[,:\s]+", pattern) if t.lstrip("!&")]
+
+
+def _unmatched(warnings: list[str]) -> list[str]:
+    return [w.split("ignoring:", 1)[1].strip() for w in warnings if "Could not match" in w and "ignoring:" in w]
+
+
 def _select(manager: Any, pattern: str, limit: str | None, sources: list[str], warnings: list[str]) -> list[Any]:
+    """Ansible skips a part of a pattern that matches nothing with a warning (`--limit '!typo'` then
+    checks every host): here any such part is an error, as is a --limit that names nothing."""
     described = f"'{pattern}'" + (f" with --limit '{limit}'" if limit else "")
+    if limit is not None and not _terms(limit):
+        raise InventoryError(f"--limit '{limit}' matches no host: it names no host or group")
+    before = len(warnings)
     try:
         manager.subset(limit)
         hosts = manager.get_hosts(pattern)
     except Exception as exc:  # ansible raises AnsibleError, and IndexError on some patterns ("a:&")
         raise InventoryError(f"bad host pattern {described}: {one_line(exc)}") from None
+    skipped = _unmatched(warnings[before:])
+    if hosts and skipped:
+        option = "--limit" if limit and skipped[0] in _terms(limit) else "--pattern"
+        raise InventoryError(f"{option} '{skipped[0]}' matches no host or group in {', '.join(sources)} (Ansible "
+                             "would skip it with a warning and check the rest)")
     if not hosts:
         group = manager.groups.get(pattern)
         if group is not None and not group.get_hosts():
             raise InventoryError(f"group '{pattern}' has no hosts in {', '.join(sources)}")
-        unmatched = [w.split("ignoring:", 1)[1].strip() for w in warnings if "Could not match" in w]
+        unmatched = _unmatched(warnings)
         hint = f" (no host or group named {', '.join(repr(u) for u in unmatched)})" if unmatched else ""
         raise InventoryError(f"no host matches {described} in {', '.join(sources)}{hint}")
     return hosts
+
+
+def _check_name(name: str) -> None:
+    """A host name is one word: drain.txt's lines are `node reason` (read by `while read n r; do scontrol
+    update nodename=$n ...`), nodes/ file names and JUnit suites are made from it. A name with
+    whitespace or a control character would split or add a line there: refused, not quoted."""
+    if not name or any(c.isspace() or not c.isprintable() for c in name):
+        raise InventoryError(f"host name {name!r} has whitespace or a control character: gpucheck cluster takes "
+                             "one-word host names (drain.txt is one `node reason` line per node)")
 
 
 def _plain(value: Any) -> Any:
@@ -143,18 +172,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _readable(path: str, name: str, seen: dict[str, str | None]) -> None:
-    if path not in seen:
-        try:
-            with open(path, "rb") as key:
-                key.read(1)
-            seen[path] = None
-        except OSError as exc:
-            seen[path] = exc.strerror or str(exc)
-    if seen[path]:
-        raise InventoryError(f"{name}: cannot read key file {path}: {seen[path]}")
-
-
 def _bool(value: Any) -> bool:
     return str(value).strip().lower() not in ("0", "false", "no", "off", "")
 
@@ -165,7 +182,6 @@ class _HostReader:
     def __init__(self, loader: Any, config: Any):
         self.loader = loader
         self.config = config
-        self.keys_seen: dict[str, str | None] = {}
 
     def host(self, host: Any, variables: dict[str, Any]) -> Host:
         from ansible.template import Templar
@@ -191,9 +207,8 @@ class _HostReader:
             raise InventoryError(f"{host.name}: ansible_port {port_value!r} is not a port number") from None
         user = get(USER_VARS) or self.config.get_config_value("DEFAULT_REMOTE_USER") or getpass.getuser()
         key = get(KEY_VARS) or self.config.get_config_value("DEFAULT_PRIVATE_KEY_FILE")
-        if key:
+        if key:  # read when connecting: a key we cannot read is that host's error (ssh_connect.py)
             key = os.path.expanduser(str(key))
-            _readable(key, host.name, self.keys_seen)
         try:
             options = ssh_args.parse(get(("ansible_ssh_common_args",)), get(("ansible_ssh_extra_args",)))
         except ssh_args.SshArgsError as exc:
@@ -253,6 +268,7 @@ def load(sources: list[str] | None = None, pattern: str | None = None, limit: st
         reader = _HostReader(loader, config)
         hosts = []
         for host in selected:
+            _check_name(host.name)
             try:
                 merged = variables.get_vars(host=host, include_hostvars=False)
             except Exception as exc:  # a host_vars file that does not parse, or is vault-encrypted

@@ -1,5 +1,6 @@
 """Fan-out progress: a rich progress bar on a terminal, one plain line per host otherwise (CI logs,
-pipes), so a long run always shows it is alive and which hosts went wrong."""
+pipes), so a long run always shows it is alive and which hosts went wrong. Reasons are redacted as
+the report's are (report/cluster_redact.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from ..model import Status
+from ..report.cluster_redact import redact
 from .context import NodeOutcome
 
 MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "skip"}
@@ -28,7 +30,7 @@ class PlainProgress:
         self.done += 1
         width = len(str(self.total))
         self.stream.write(f"[{self.done:>{width}}/{self.total}] {outcome.host:<16} {MARK[outcome.status]:<5} "
-                          f"{outcome.wall_s:6.1f} s  {outcome.reason}\n")
+                          f"{outcome.wall_s:6.1f} s  {redact(outcome.reason)}\n")
         self.stream.flush()
 
 
@@ -56,7 +58,7 @@ class RichProgress:
 
         if outcome.status != Status.PASS:
             self.progress.console.print(f"[{STYLE[outcome.status]}]{MARK[outcome.status]:<5}[/] "
-                                        f"{escape(outcome.host)}: {escape(outcome.reason)}", highlight=False)
+                                        f"{escape(outcome.host)}: {escape(redact(outcome.reason))}", highlight=False)
         self.progress.advance(self.task)
 
 

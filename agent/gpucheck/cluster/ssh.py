@@ -1,7 +1,8 @@
 """The one SSH layer of `gpucheck cluster` (Fabric, with the inventory's user, key and known_hosts):
-connecting to a host and saying why that failed, the fan-out's set of open connections, and for the
-stages after it one command, one file copy or one background command on one host (a benchmark
-client, an `mpirun` on the launcher node, a benchmark server).
+connecting to a host and saying why that failed (ssh_connect.py, its names used from here), the
+fan-out's set of open connections, and for the stages after it one command, one file copy or one
+background command on one host (a benchmark client, an `mpirun` on the launcher node, a benchmark
+server). A command's output is kept within bounds (ssh_output.py).
 
 Nothing here raises: a host that cannot be reached, refuses our key, or a command that overruns is a
 `Remote` with `error` set. Every command runs under the node's coreutils `timeout` (`limited`, when
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import math
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import Status
 from .context import Options
 from .inventory import Host
 from .ssh_background import PID_MARK, Background
+from .ssh_connect import classify_connect_error, connect_timeout, connection, open_connection
 
 GRACE_S = 8.0  # the node's own `timeout -k 5` ends the command first; ours fires this much later
 TAIL_CHARS = 4000
@@ -131,96 +131,7 @@ class Remote:
         return head + tail(self.output)
 
 
-# ---------------------------------------------------------------- connecting
-
-
-class UnknownHostKey(Exception):
-    def __init__(self, hostname: str, key: Any):
-        super().__init__(f"{hostname} {key.get_name()} {key.get_base64()[:16]}...")
-        self.hostname = hostname
-        self.key = key
-
-
-def _policies() -> tuple[Any, Any]:
-    from paramiko import MissingHostKeyPolicy
-
-    class RefuseUnknown(MissingHostKeyPolicy):
-        """Unknown host: refused, and never written anywhere (no AutoAdd)."""
-
-        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-            raise UnknownHostKey(hostname, key)
-
-    class AcceptUnknownOnce(MissingHostKeyPolicy):
-        """StrictHostKeyChecking=no: this connection only; nothing is saved. Changed keys stay refused
-        (paramiko raises BadHostKeyException before asking a policy)."""
-
-    return RefuseUnknown(), AcceptUnknownOnce()
-
-
-REFUSE_UNKNOWN, ACCEPT_UNKNOWN_ONCE = _policies()
-
-
-def connect_timeout(host: Host, options: Options) -> float:
-    """Seconds to wait for TCP, the SSH banner and authentication: the host's own, else the run's."""
-    return host.connect_timeout or options.connect_timeout
-
-
-def connection(host: Host, options: Options) -> Any:
-    """A Fabric Connection to `host`, not yet open: the inventory's user, port, key and known_hosts
-    (read, never written), unknown host keys refused unless the host's ssh options accept them."""
-    from fabric import Connection
-
-    timeout = connect_timeout(host, options)
-    kwargs: dict[str, Any] = {"banner_timeout": timeout, "auth_timeout": timeout}
-    if host.key_file:
-        # the inventory names the key: use it (and the agent), not every key in ~/.ssh
-        kwargs.update(key_filename=host.key_file, look_for_keys=False)
-    conn = Connection(host.address, user=host.user, port=host.port, connect_timeout=max(1, math.ceil(timeout)),
-                      connect_kwargs=kwargs, gateway=host.proxy_command)
-    conn.client.set_missing_host_key_policy(REFUSE_UNKNOWN if host.strict_host_key_checking
-                                            else ACCEPT_UNKNOWN_ONCE)
-    for path in host.known_hosts:
-        with contextlib.suppress(OSError):  # a missing known_hosts file is no key, as for ssh
-            conn.client.load_system_host_keys(path)  # read-only: never saved back
-    return conn
-
-
-def classify_connect_error(host: Host, exc: BaseException, timeout: float) -> tuple[Status, str, str]:
-    """(status, kind, reason) for an exception raised while connecting. A host that does not answer
-    fails (the node is the problem); a refused key or a broken handshake is an error (ours to fix)."""
-    from paramiko.ssh_exception import (
-        AuthenticationException,
-        BadHostKeyException,
-        NoValidConnectionsError,
-        PasswordRequiredException,
-        SSHException,
-    )
-
-    where = f"{host.address}:{host.port}"
-    if isinstance(exc, UnknownHostKey):
-        return (Status.ERROR, "host-key",
-                f"host key of {exc.hostname} is not in known_hosts ({', '.join(host.known_hosts) or 'none'}): "
-                "refused, not added; check its fingerprint and add it (ssh-keyscan)")
-    if isinstance(exc, BadHostKeyException):
-        return (Status.ERROR, "host-key", f"host key of {where} does not match known_hosts (reinstalled node, "
-                "or someone in the middle): refused")
-    if isinstance(exc, PasswordRequiredException):
-        return Status.ERROR, "auth", f"key file {host.key_file} needs a passphrase: use ssh-agent"
-    if isinstance(exc, AuthenticationException):
-        key = f" with key {host.key_file}" if host.key_file else ""
-        return Status.ERROR, "auth", f"authentication failed as {host.user}@{where}{key}: {exc}"
-    if isinstance(exc, NoValidConnectionsError):
-        errors = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
-        return Status.FAIL, "unreachable", f"unreachable: {where}: {errors.lower()}"
-    if isinstance(exc, socket.gaierror):
-        return Status.FAIL, "unreachable", f"unreachable: cannot resolve {host.address}: {exc.strerror}"
-    if isinstance(exc, TimeoutError):
-        return Status.FAIL, "unreachable", f"unreachable: {where}: no answer within {timeout:g} s"
-    if isinstance(exc, SSHException | EOFError):
-        return Status.ERROR, "ssh", f"SSH handshake with {where} failed: {exc or type(exc).__name__}"
-    if isinstance(exc, OSError):
-        return Status.FAIL, "unreachable", f"unreachable: {where}: {(exc.strerror or str(exc)).lower()}"
-    return Status.ERROR, "ssh", f"cannot connect to {where}: {type(exc).__name__}: {exc}"
+# ---------------------------------------------------------------- open connections
 
 
 class Connections:
@@ -263,7 +174,7 @@ def _open(host: Host, options: Options, what: str) -> tuple[Any, Remote | None]:
     began = time.monotonic()
     try:
         conn = connection(host, options)
-        conn.open()
+        open_connection(conn, host, connect_timeout(host, options))
         return conn, None
     except Exception as exc:
         close_quietly(conn)

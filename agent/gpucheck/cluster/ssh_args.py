@@ -4,6 +4,7 @@ timeout and a ProxyCommand. Everything else (ControlMaster, ...) has no meaning 
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from dataclasses import dataclass
@@ -67,9 +68,11 @@ def parse(*args: str | None) -> SshOptions:
         values.setdefault(key, value)  # ssh keeps the first value given for an option
     timeout = values.get("connecttimeout")
     try:
-        connect_timeout = float(timeout) if timeout else None
+        connect_timeout = float(timeout) if timeout is not None else None
     except ValueError:
-        raise SshArgsError(f"ConnectTimeout={timeout!r} is not a number of seconds") from None
+        connect_timeout = math.nan
+    if connect_timeout is not None and not (math.isfinite(connect_timeout) and connect_timeout > 0):
+        raise SshArgsError(f"ConnectTimeout={timeout!r} is not a number of seconds above 0")
     return SshOptions(
         user_known_hosts=tuple(values["userknownhostsfile"].split()) if "userknownhostsfile" in values else None,
         global_known_hosts=tuple(values["globalknownhostsfile"].split()) if "globalknownhostsfile" in values else None,

@@ -3,6 +3,7 @@ fraction of the fleet median. One slow node holds back every collective it is pa
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -17,7 +18,7 @@ MEASURED_CHECKS = ("host.read_throughput",)
 
 def node_figures(reports: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     """metric -> node -> value from the node reports. A dict measurement (one figure per HCA port)
-    gives one metric per key: `bw.ib_loopback[mlx5_0/1]`."""
+    gives one metric per key: `bw.ib_loopback[mlx5_0/1]`. A NaN or infinite figure is no figure."""
     figures: dict[str, dict[str, float]] = {}
     for node, report in reports.items():
         for result in report.get("results", []):
@@ -27,7 +28,7 @@ def node_figures(reports: dict[str, dict[str, Any]]) -> dict[str, dict[str, floa
             measured = result.get("measured")
             items = measured.items() if isinstance(measured, dict) else [(None, measured)]
             for key, value in items:
-                if isinstance(value, int | float) and not isinstance(value, bool):
+                if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                     metric = check if key is None else f"{check}[{key}]"
                     figures.setdefault(metric, {})[node] = float(value)
     return figures

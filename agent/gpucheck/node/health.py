@@ -7,21 +7,27 @@ from typing import Any
 from ..model import Result, Status
 from ..profiles import Profile
 from . import Check
-from .per_gpu import Finding, per_gpu
+from .per_gpu import Finding, any_unread, field_error, live_gpus, per_gpu, skip_unless_unread
 
 RESET_HINT = "drain the node and reset the GPU (nvidia-smi -r -i N) or reboot"
 RMA_HINT = "drain the node and open an RMA for the GPU"
 
 
 def ecc_mode(f: dict[str, Any], p: Profile) -> Result:
+    nvml = f["nvml"]
     if not p.get("gpu", "ecc_required", False):
-        return Result("gpu.ecc_mode", Status.SKIP, reason="profile does not require ECC")
-    return per_gpu(
-        "gpu.ecc_mode", f["nvml"],
-        lambda g: None if g.get("ecc_mode") else (Status.FAIL, "ECC disabled" if g.get("ecc_mode") is False
-                                                   else "ECC mode not reported"),
-        lambda g: g.get("ecc_mode"), True, "ECC enabled",
-        "enable ECC (nvidia-smi -e 1) and reset the GPU; training without ECC risks silent corruption")
+        return skip_unless_unread("gpu.ecc_mode", nvml, ("ecc_mode",), "profile does not require ECC")
+
+    def inspect(g: dict[str, Any]) -> Finding:
+        if g.get("ecc_mode") is False:
+            return Status.FAIL, "ECC disabled"
+        if g.get("ecc_mode") is None and field_error(g, "ecc_mode") is None:
+            return Status.FAIL, "ECC mode not supported by this GPU"
+        return None
+
+    return per_gpu("gpu.ecc_mode", nvml, inspect, lambda g: g.get("ecc_mode"), True, "ECC enabled",
+                   "enable ECC (nvidia-smi -e 1) and reset the GPU; training without ECC risks silent corruption",
+                   fields=("ecc_mode",))
 
 
 def ecc_errors(f: dict[str, Any], p: Profile) -> Result:
@@ -29,44 +35,44 @@ def ecc_errors(f: dict[str, Any], p: Profile) -> Result:
     aggregate_max = p.get("gpu", "ecc_aggregate_uncorrected_max")
 
     def inspect(g: dict[str, Any]) -> Finding:
-        counts = g.get("ecc_errors")
-        if not counts:
-            return None  # ECC off or unsupported: gpu.ecc_mode reports that
-        volatile = counts.get("volatile_uncorrected") or 0
-        aggregate = counts.get("aggregate_uncorrected") or 0
-        if volatile > volatile_max:
+        counts = g.get("ecc_errors") or {}  # none: ECC off or unsupported (gpu.ecc_mode says so) or not read
+        volatile, aggregate = counts.get("volatile_uncorrected"), counts.get("aggregate_uncorrected")
+        if volatile is not None and volatile > volatile_max:
             return Status.FAIL, f"{volatile} volatile uncorrected ECC error(s) since the last reset"
-        if aggregate_max is not None and aggregate > aggregate_max:
+        if aggregate_max is not None and aggregate is not None and aggregate > aggregate_max:
             return Status.WARN, f"{aggregate} uncorrected ECC error(s) over the GPU's lifetime (> {aggregate_max})"
         return None
 
+    fields = ("ecc_volatile_uncorrected",) + (("ecc_aggregate_uncorrected",) if aggregate_max is not None else ())
     return per_gpu("gpu.ecc_errors", f["nvml"], inspect,
                    lambda g: {k: v for k, v in (g.get("ecc_errors") or {}).items() if "uncorrected" in k} or None,
                    {"volatile_uncorrected_max": volatile_max, "aggregate_uncorrected_max": aggregate_max},
-                   "no uncorrected ECC errors", f"{RESET_HINT}; if errors return, {RMA_HINT}")
+                   "no uncorrected ECC errors", f"{RESET_HINT}; if errors return, {RMA_HINT}", fields=fields)
 
 
 def retired_pages(f: dict[str, Any], p: Profile) -> Result:
     limit = p.get("gpu", "retired_pages_max")
+    fields = ("retired_pages", "retired_pages_pending")
 
     def inspect(g: dict[str, Any]) -> Finding:
         pages = g.get("retired_pages")
         if pages is None:
             return None
-        total = pages["single_bit"] + pages["double_bit"]
+        known = pages["single_bit"] + (pages["double_bit"] or 0)
+        total = f"{known}" if pages["double_bit"] is not None else f"at least {known}"
         if pages.get("pending"):
             return Status.FAIL, f"page retirement pending ({total} retired): reset needed to blacklist them"
-        if limit is not None and total > limit:
+        if limit is not None and known > limit:
             return Status.FAIL, f"{total} retired pages > {limit}"
         return None
 
     nvml = f["nvml"]
-    if all(g.get("retired_pages") is None for g in nvml.get("gpus", []) if not g.get("lost")):
+    if all(g.get("retired_pages") is None for g in live_gpus(nvml)) and not any_unread(nvml, fields):
         return Result("gpu.retired_pages", Status.SKIP,
                       reason="page retirement not supported by these GPUs (they use row remapping)")
     return per_gpu("gpu.retired_pages", nvml, inspect, lambda g: g.get("retired_pages"),
                    {"pending": False, "retired_pages_max": limit}, "no page retirement pending",
-                   f"{RESET_HINT}; above NVIDIA's retirement limit, {RMA_HINT}")
+                   f"{RESET_HINT}; above NVIDIA's retirement limit, {RMA_HINT}", fields=fields)
 
 
 def row_remap(f: dict[str, Any], p: Profile) -> Result:
@@ -81,11 +87,11 @@ def row_remap(f: dict[str, Any], p: Profile) -> Result:
         return None
 
     nvml = f["nvml"]
-    if all(g.get("remapped_rows") is None for g in nvml.get("gpus", []) if not g.get("lost")):
+    if all(g.get("remapped_rows") is None for g in live_gpus(nvml)) and not any_unread(nvml, ("remapped_rows",)):
         return Result("gpu.row_remap", Status.SKIP, reason="row remapping not supported by these GPUs")
     return per_gpu("gpu.row_remap", nvml, inspect, lambda g: g.get("remapped_rows"),
                    {"pending": False, "failure": False}, "no row remap pending or failed",
-                   f"pending: {RESET_HINT}; failure: {RMA_HINT}")
+                   f"pending: {RESET_HINT}; failure: {RMA_HINT}", fields=("remapped_rows",))
 
 
 # HW slowdown and power brake mean the board protects itself (power supply, cooling); thermal
@@ -109,7 +115,7 @@ def clocks(f: dict[str, Any], p: Profile) -> Result:
     return per_gpu("gpu.clocks", f["nvml"], inspect, lambda g: g.get("clocks_event_reasons"),
                    {"fail_on": sorted(fail_on), "warn_on": sorted(warn_on)}, "no hardware or thermal clock slowdown",
                    "check cooling (fans, inlet temperature) and power supplies; HW slowdown also follows "
-                   "a PSU or board fault")
+                   "a PSU or board fault", fields=("clocks_event_reasons",))
 
 
 def temperature(f: dict[str, Any], p: Profile) -> Result:
@@ -119,7 +125,7 @@ def temperature(f: dict[str, Any], p: Profile) -> Result:
     def inspect(g: dict[str, Any]) -> Finding:
         temp, slowdown = g.get("temperature_C"), g.get("temperature_slowdown_C")
         if temp is None:
-            return Status.ERROR, "temperature not reported"
+            return None if field_error(g, "temperature") else (Status.ERROR, "temperature not reported")
         if slowdown is not None and temp >= slowdown:
             return Status.FAIL, f"{temp} C at or above its slowdown threshold {slowdown} C"
         if maximum is not None and temp > maximum:
@@ -130,18 +136,20 @@ def temperature(f: dict[str, Any], p: Profile) -> Result:
 
     return per_gpu("gpu.temperature", f["nvml"], inspect, lambda g: g.get("temperature_C"),
                    {"max_C": maximum, "slowdown_margin_C_min": margin}, "temperatures in range",
-                   "check airflow, fans and inlet temperature for this node")
+                   "check airflow, fans and inlet temperature for this node",
+                   fields=("temperature", "temperature_slowdown"))
 
 
 def power(f: dict[str, Any], p: Profile) -> Result:
     minimum = p.get("gpu", "power_limit_W_min")
+    fields = ("power", "power_limit")
     if minimum is None:
-        return Result("gpu.power", Status.SKIP, reason="profile sets no power limit")
+        return skip_unless_unread("gpu.power", f["nvml"], fields, "profile sets no power limit")
 
     def inspect(g: dict[str, Any]) -> Finding:
         limit = g.get("power_limit_W")
         if limit is None:
-            return Status.ERROR, "enforced power limit not reported"
+            return None if field_error(g, "power_limit") else (Status.ERROR, "enforced power limit not reported")
         if limit < minimum:
             return Status.WARN, f"power capped at {limit:g} W < {minimum:g} W"
         return None
@@ -149,7 +157,7 @@ def power(f: dict[str, Any], p: Profile) -> Result:
     return per_gpu("gpu.power", f["nvml"], inspect,
                    lambda g: {"draw_W": g.get("power_W"), "limit_W": g.get("power_limit_W")},
                    f"limit >= {minimum} W", "power limits at the board's rating",
-                   "reset the limit (nvidia-smi -pl) or check the BMC/PSU power capping policy")
+                   "reset the limit (nvidia-smi -pl) or check the BMC/PSU power capping policy", fields=fields)
 
 
 CHECKS = [

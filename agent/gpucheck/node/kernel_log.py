@@ -10,22 +10,41 @@ from ..process import run
 from ..profiles import Profile
 from . import Check, CollectError, Context
 
+EVIDENCE_LINES = 20  # of an output that could not be read, kept as the evidence
+
 
 def collect(ctx: Context) -> dict[str, Any]:
-    """The kernel ring buffer; journalctl when dmesg is restricted (kernel.dmesg_restrict)."""
-    attempts = []
+    """The kernel ring buffer; journalctl when dmesg is restricted (kernel.dmesg_restrict) or its output
+    cannot be read. An empty log has no Xids; an output the xid parser cannot read is never taken for
+    "no Xids": it is a harness error, with the output as evidence."""
+    attempts, unreadable = [], []
     for argv in (["dmesg"], ["journalctl", "-k", "-b", "--no-pager", "-q"]):
         done = run(argv, ctx.timeout)
-        if done.ok:
+        if not done.ok:
+            attempts.append(done.describe_failure())
+            continue
+        parsed: dict[str, Any] = {"events": [], "fallen_off_bus": [], "counts": {}}  # an empty ring buffer
+        if done.stdout.strip():
             try:
                 parsed = parse("xid", done.stdout)
-            except ParseError:
-                parsed = {"events": [], "fallen_off_bus": [], "counts": {}}  # a log with no NVIDIA lines
-            return {"source": argv[0], **parsed,
-                    "evidence": "\n".join(line for line in done.stdout.splitlines() if "NVRM" in line)}
-        attempts.append(done.describe_failure())
-    raise CollectError("cannot read the kernel log: " + "; ".join(attempts),
-                       remediation="run as root, or allow it (sysctl kernel.dmesg_restrict=0)", harness=True)
+            except ParseError as exc:
+                attempts.append(f"{argv[0]}: output not readable as a kernel log: {exc}")
+                unreadable.append(_head(argv, done.stdout))
+                continue
+        return {"source": argv[0], **parsed,
+                "evidence": "\n".join(line for line in done.stdout.splitlines() if "NVRM" in line)}
+    reason = "cannot read the kernel log: " + "; ".join(attempts)
+    if unreadable:
+        raise CollectError(reason, remediation="run dmesg by hand and look at what it prints",
+                           evidence="\n".join(unreadable), harness=True)
+    raise CollectError(reason, remediation="run as root, or allow it (sysctl kernel.dmesg_restrict=0)", harness=True)
+
+
+def _head(argv: list[str], output: str) -> str:
+    """The command and the first lines of its output, control characters written as escapes ("\\x1b")."""
+    lines = ["".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in line)
+             for line in output.splitlines()[:EVIDENCE_LINES]]
+    return "\n".join([f"$ {' '.join(argv)}", *lines])
 
 
 def xid(f: dict[str, Any], p: Profile) -> Result:

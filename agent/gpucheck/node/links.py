@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,12 @@ import psutil
 
 from ..model import Result, Status
 from ..profiles import Profile
-from . import Check, Context
-from .per_gpu import Finding, live_gpus, per_gpu
+from . import Check, CollectError, Context
+from .per_gpu import Finding, field_error, live_gpus, per_gpu, read_finding, skip_unless_unread
+
+PCIE_FIELDS = ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max")
+NVIDIA_VENDOR = "0x10de"
+GPU_CLASSES = ("0x0300", "0x0302")  # PCI class: display controller, VGA-compatible / 3D controller
 
 
 def pcie(f: dict[str, Any], p: Profile) -> Result:
@@ -19,16 +24,17 @@ def pcie(f: dict[str, Any], p: Profile) -> Result:
     def inspect(g: dict[str, Any]) -> Finding:
         link = g.get("pcie") or {}
         width, width_max, gen, gen_max = link.get("width"), link.get("width_max"), link.get("gen"), link.get("gen_max")
-        if width is None or gen is None:
+        if (width is None or gen is None) and not any(field_error(g, key) for key in PCIE_FIELDS):
             return Status.ERROR, "PCIe link not reported"
-        if width_max and width < width_max:
+        # what was not read is per_gpu's to report; each comparison below needs both of its sides read
+        if width is not None and width_max and width < width_max:
             return Status.FAIL, f"link trained to x{width} of x{width_max} (Gen{gen} of Gen{gen_max})"
-        if width_min and width < width_min:
+        if width is not None and width_min and width < width_min:
             return Status.FAIL, f"x{width} < x{width_min}"
-        if gen_max and gen < gen_max:
+        if gen is not None and gen_max and gen < gen_max:
             # GPUs drop the link generation when idle to save power: only a hint without load.
             return Status.WARN, f"link at Gen{gen} of Gen{gen_max} (normal when idle; re-check under load)"
-        if gen_min and gen < gen_min:
+        if gen is not None and gen_min and gen < gen_min:
             return Status.FAIL, f"Gen{gen} < Gen{gen_min}"
         return None
 
@@ -37,18 +43,18 @@ def pcie(f: dict[str, Any], p: Profile) -> Result:
                    if (g.get("pcie") or {}).get("width") is not None else None,
                    {"gen_min": gen_min, "width_min": width_min, "at_max": True}, "links at full width",
                    "reseat the GPU or riser, check the slot's BIOS settings; a downtrained link cuts "
-                   "host-device and GPUDirect bandwidth")
+                   "host-device and GPUDirect bandwidth", fields=PCIE_FIELDS)
 
 
 def nvlink(f: dict[str, Any], p: Profile) -> Result:
     expected = p.get("gpu", "nvlink_links_per_gpu")
     if not expected:
-        return Result("gpu.nvlink", Status.SKIP, reason="profile expects no NVLink")
+        return skip_unless_unread("gpu.nvlink", f["nvml"], ("nvlink",), "profile expects no NVLink")
 
     def inspect(g: dict[str, Any]) -> Finding:
         links = g.get("nvlink")
         if links is None:
-            return Status.FAIL, "no NVLink reported"
+            return None if field_error(g, "nvlink") else (Status.FAIL, "no NVLink reported")
         if links["up"] < expected:
             down = ", ".join(map(str, links["down"])) or "missing"
             return Status.FAIL, f"{links['up']} of {expected} NVLinks up (down: {down})"
@@ -56,7 +62,8 @@ def nvlink(f: dict[str, Any], p: Profile) -> Result:
 
     return per_gpu("gpu.nvlink", f["nvml"], inspect, lambda g: (g.get("nvlink") or {}).get("up"),
                    f"{expected} links up per GPU", f"{expected} NVLinks up on every GPU",
-                   "check nvidia-smi nvlink -s and Xid 74; reseat the GPU/NVSwitch baseboard or RMA")
+                   "check nvidia-smi nvlink -s and Xid 74; reseat the GPU/NVSwitch baseboard or RMA",
+                   fields=("nvlink",))
 
 
 def collect_fabric_manager(ctx: Context) -> dict[str, Any]:
@@ -91,20 +98,50 @@ def sysfs_pci_address(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.lower()
 
 
+def sysfs_root() -> Path:
+    """/sys, or a fake tree named by GPUCHECK_SYSFS_ROOT (only tests and the lab set it)."""
+    return Path(os.environ.get("GPUCHECK_SYSFS_ROOT") or "/sys")
+
+
 def collect_nic_numa(ctx: Context) -> dict[str, Any]:
     """NUMA node of every RDMA device and GPU, from sysfs: NVML reports none on x86 hosts."""
-    root = Path("/sys/class/infiniband")
+    root = sysfs_root() / "class" / "infiniband"
     nics = {dev.name: _numa_node(dev / "device") for dev in sorted(root.iterdir())} if root.is_dir() else {}
     gpus = {}
     for g in live_gpus(ctx.facts.get("nvml") or {}):
         if g.get("pci_bus_id"):
-            gpus[g["index"]] = _numa_node(Path("/sys/bus/pci/devices") / sysfs_pci_address(g["pci_bus_id"]))
+            gpus[g["index"]] = _numa_node(sysfs_root() / "bus" / "pci" / "devices" /
+                                          sysfs_pci_address(g["pci_bus_id"]))
     return {"nics": nics, "gpus": gpus}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip().lower()
+    except OSError:
+        return None
+
+
+def collect_pci_gpus(ctx: Context) -> dict[str, Any]:
+    """NVIDIA GPUs on the PCI bus, whatever the driver makes of them: vendor 0x10de, class VGA (0x0300xx)
+    or 3D controller (0x0302xx). NVSwitch bridges (0x0680xx) and HDMI audio (0x0403xx) are not GPUs."""
+    devices = sysfs_root() / "bus" / "pci" / "devices"
+    if not devices.is_dir():
+        raise CollectError(f"{devices} not readable: the PCI bus cannot be listed", harness=True)
+    gpus = []
+    for dev in sorted(devices.iterdir()):
+        pci_class = _read(dev / "class") or ""
+        if _read(dev / "vendor") == NVIDIA_VENDOR and pci_class.startswith(GPU_CLASSES):
+            driver = dev / "driver"  # a link to .../drivers/nvidia (or vfio-pci, nouveau): none when unbound
+            gpus.append({"address": dev.name.lower(), "device": _read(dev / "device"), "class": pci_class,
+                         "driver": os.path.basename(os.readlink(driver)) if driver.is_symlink() else None})
+    return {"gpus": gpus}
 
 
 def nic_affinity(f: dict[str, Any], p: Profile) -> Result:
     if not p.get("infiniband", "nic_affinity_required", False):
-        return Result("gpu.nic_affinity", Status.SKIP, reason="profile does not require GPU-NIC affinity")
+        return skip_unless_unread("gpu.nic_affinity", f["nvml"], ("numa_node",),
+                                  "profile does not require GPU-NIC affinity")
     nics = {name: numa for name, numa in f["nic_numa"]["nics"].items() if numa is not None and numa >= 0}
     if not nics:
         return Result("gpu.nic_affinity", Status.FAIL, None, "an RDMA NIC on each GPU's NUMA node",
@@ -120,6 +157,8 @@ def nic_affinity(f: dict[str, Any], p: Profile) -> Result:
 
     def inspect(g: dict[str, Any]) -> Finding:
         node = numa(g)
+        if node is None and field_error(g, "numa_node"):
+            return read_finding("numa_node", field_error(g, "numa_node"))  # and sysfs has none either
         if node is None or node < 0:
             return None  # single-socket or not reported: nothing to mismatch
         if node not in numas:
@@ -139,4 +178,4 @@ CHECKS = [
     Check("gpu.fabric_manager", ("fabric_manager",), fabric_manager, "Fabric Manager running on NVSwitch systems"),
     Check("gpu.nic_affinity", ("nvml", "nic_numa"), nic_affinity, "an RDMA NIC on every GPU's NUMA node"),
 ]
-COLLECTORS = {"fabric_manager": collect_fabric_manager, "nic_numa": collect_nic_numa}
+COLLECTORS = {"fabric_manager": collect_fabric_manager, "nic_numa": collect_nic_numa, "pci_gpus": collect_pci_gpus}

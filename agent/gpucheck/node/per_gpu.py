@@ -1,13 +1,32 @@
-"""Helpers that turn per-GPU findings into one Result naming every affected GPU."""
+"""Helpers that turn per-GPU findings into one Result naming every affected GPU.
+
+The one rule for fields NVML could not read (nvml.py keeps a record of each under the GPU's
+`errors`): such a field is never a pass and never a made-up value. For every check that needs
+it, that GPU's finding is `error` naming the GPU, the field, the call and the NVML error (or the
+hang), except the NVML errors that NVIDIA documents as the GPU's own trouble (HARDWARE_ERRORS),
+which are `fail`. NOT_SUPPORTED is no error: the field is None and the check says what that means.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..model import Result, Status, worst
 
 Finding = tuple[Status, str] | None
+
+# nvml.h's own words for the return codes that mean the GPU itself is in trouble: a read that
+# answers one of them fails the check (drain the node), it is not a harness error.
+HARDWARE_ERRORS = {
+    "NVML_ERROR_INSUFFICIENT_POWER": "a device's external power cables are not properly attached",
+    "NVML_ERROR_IRQ_ISSUE": "NVIDIA kernel detected an interrupt issue with a GPU",
+    "NVML_ERROR_CORRUPTED_INFOROM": "infoROM is corrupted",
+    "NVML_ERROR_GPU_IS_LOST": "the GPU has fallen off the bus or has otherwise become inaccessible",
+    "NVML_ERROR_RESET_REQUIRED": "the GPU requires a reset before it can be used again",
+}
+READ_ERROR_HINT = ("NVML could not read the GPU: check `dmesg` for Xid errors and `nvidia-smi -q -i N`; reset the "
+                   "GPU (nvidia-smi -r -i N) or reboot; if it persists, drain the node and open an RMA")
 
 
 def gpu_label(gpu: dict[str, Any]) -> str:
@@ -19,6 +38,46 @@ def live_gpus(nvml: dict[str, Any]) -> list[dict[str, Any]]:
     return [g for g in nvml.get("gpus", []) if not g.get("lost")]
 
 
+def field_error(gpu: dict[str, Any], field: str) -> dict[str, str] | None:
+    """The record of why `field` was not read on this GPU, or None when it was (or is not supported)."""
+    errors = gpu.get("errors") or {}
+    return errors.get(field) or errors.get("*")
+
+
+def read_finding(field: str, record: dict[str, str]) -> tuple[Status, str]:
+    """The verdict on one field NVML did not answer: fail for hardware trouble, error otherwise."""
+    code, call, text = record.get("error", ""), record.get("call", "?"), record.get("text", "")
+    if code in HARDWARE_ERRORS:
+        return Status.FAIL, f"{field} not read: {call} answered {code} ({HARDWARE_ERRORS[code]})"
+    if code == "hung":
+        return Status.ERROR, f"{field} not read: {call} hung ({text})"
+    if code == "not_read":
+        return Status.ERROR, f"{field} not read: {text}"
+    return Status.ERROR, f"{field} not read: {call} answered {code} ({text})"
+
+
+def unread(gpu: dict[str, Any], fields: Sequence[str]) -> list[tuple[Status, str]]:
+    found = []
+    for field in fields:
+        record = field_error(gpu, field)
+        if record is not None:
+            found.append(read_finding(field, record))
+    return found
+
+
+def any_unread(nvml: dict[str, Any], fields: Sequence[str]) -> bool:
+    return any(unread(g, fields) for g in live_gpus(nvml))
+
+
+def skip_unless_unread(check: str, nvml: dict[str, Any], fields: Sequence[str], reason: str,
+                       expected: Any = None) -> Result:
+    """A check the profile does not ask for is `skip`, unless a field it reads could not be read:
+    an NVML read failure is reported wherever it happens."""
+    if not any_unread(nvml, fields):
+        return Result(check, Status.SKIP, expected=expected, reason=reason)
+    return per_gpu(check, nvml, lambda g: None, lambda g: None, expected, reason, fields=fields)
+
+
 def per_gpu(
     check: str,
     nvml: dict[str, Any],
@@ -27,16 +86,31 @@ def per_gpu(
     expected: Any,
     ok_reason: str,
     remediation: str = "",
+    fields: Sequence[str] = (),
 ) -> Result:
-    """Inspect each responsive GPU; the result is the worst finding, naming each GPU found."""
+    """Inspect each responsive GPU; the result is the worst finding, naming each GPU found.
+
+    `fields`: the collector's field keys the check reads; one that was not read on a GPU is that
+    GPU's finding (read_finding), beside whatever `inspect` finds in the fields that were read."""
     gpus = live_gpus(nvml)
     if not gpus:
         return Result(check, Status.SKIP, expected=expected, reason="no responsive GPU to inspect")
-    findings = [(gpu, inspect(gpu)) for gpu in gpus]
-    bad = [(gpu, f) for gpu, f in findings if f is not None and f[0] != Status.PASS]
+    bad: list[tuple[dict[str, Any], tuple[Status, str]]] = []
+    read_errors = judged = False
+    for gpu in gpus:
+        found = unread(gpu, fields)
+        read_errors = read_errors or bool(found)
+        finding = inspect(gpu)
+        if finding is not None and finding[0] != Status.PASS:
+            found.append(finding)
+            judged = True
+        bad.extend((gpu, f) for f in found)
     measured = {f"GPU{g['index']}": measure(g) for g in gpus}
     if not bad:
         return Result(check, Status.PASS, measured, expected, ok_reason)
     status = worst([f[0] for _, f in bad])
     reason = "; ".join(f"{gpu_label(gpu)}: {f[1]}" for gpu, f in bad)
-    return Result(check, status, measured, expected, reason, remediation if status != Status.PASS else "")
+    hints = [remediation] if judged and remediation else []
+    if read_errors:
+        hints.append(READ_ERROR_HINT)
+    return Result(check, status, measured, expected, reason, "; ".join(hints))

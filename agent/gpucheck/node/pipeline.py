@@ -7,6 +7,7 @@ import fnmatch
 import socket
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -108,10 +109,21 @@ def choose_profile(requested: str | None, config: NodeConfig, gather: Gatherer) 
     name = requested or (config.profile if config.profile != "auto" else None)
     if name:
         return profiles.load(name, config.profiles_dir)
-    nvml_facts = gather.get("nvml") or {}
-    names = [g.get("name") or "" for g in nvml_facts.get("gpus", []) if not g.get("lost")]
+    names = selection_names(gather.get("nvml") or {}, gather.get("pci_gpus") or {})
     hcas = len((gather.get("nic_numa") or {}).get("nics", {}))
     return profiles.select(names, hcas, config.profiles_dir)
+
+
+def selection_names(nvml_facts: dict[str, Any], pci: dict[str, Any]) -> list[str]:
+    """The GPU names a profile is chosen by: one per GPU the node has, NVML's or the PCI bus's count,
+    whichever is larger, so that a DGX with a GPU lost or gone from NVML is still judged as a DGX. The
+    GPUs without a name (lost, unread, missing) are taken to be the model most of the others are."""
+    named = [g["name"] for g in nvml_facts.get("gpus", []) if g.get("name")]
+    if not named:
+        return []
+    total = max(len(nvml_facts.get("gpus", [])), len(pci.get("gpus", [])))
+    common = Counter(named).most_common(1)[0][0]
+    return named + [common] * (total - len(named))
 
 
 def evaluate(check: Check, gather: Gatherer, profile: profiles.Profile) -> Result:

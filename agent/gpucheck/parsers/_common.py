@@ -16,12 +16,14 @@ class ParseError(ValueError):
 
 
 # Prefixes that launchers put in front of every line of a remote program's output:
-# OpenMPI --tag-output ("[1,0]<stdout>:"), pdsh/clush ("node01: "), srun --label ("0: ").
-_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[A-Za-z0-9][\w.-]*: |\d+: )")
+# OpenMPI --tag-output ("[1,0]<stdout>:"), pdsh/clush ("node01: "), srun --label ("0: "; with 10 tasks
+# or more srun pads the number to the width of the largest: " 0: ", "15: ").
+_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[A-Za-z0-9][\w.-]*: | {0,6}\d+: )")
 
 # Control characters that never appear in tool output printed to a terminal (ESC does: colours).
 _BINARY_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f\ufffd]")
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_STRAY = re.compile(_BINARY_CHARS.pattern + r"|\x1b(?!\[)")  # and an ESC that starts no colour sequence
 
 
 def text_lines(text: str, kind: str) -> list[str]:
@@ -34,6 +36,16 @@ def text_lines(text: str, kind: str) -> list[str]:
     if not text.strip():
         raise ParseError(f"not {kind} output: empty input")
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def drop_stray_bytes(text: str) -> tuple[str, int]:
+    """`text` without the characters that no printed text holds (NUL, stray control bytes, U+FFFD for bytes
+    that were not UTF-8), and how many there were. For logs that pick such bytes up as a matter of course
+    (the kernel's: a driver printing a binary buffer, a record torn by a crash); tool output that holds them
+    is refused by `text_lines` instead, as a corrupted capture."""
+    if not isinstance(text, str):
+        return text, 0  # text_lines refuses it, with the reason
+    return _STRAY.subn("", text)
 
 
 def strip_prefix(line: str) -> str:

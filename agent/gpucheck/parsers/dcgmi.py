@@ -2,7 +2,9 @@
 
 JSON may be preceded by non-JSON lines (warnings) and hold `null` entries in its test lists.
 The text table has one row per test and continuation rows (empty name) for per-GPU results
-and for the Warning/Info detail of a failed test.
+("Fail - GPU: 3", DCGM 4's "GPU1: Fail") and for the Warning/Info detail of a test, which dcgmi cuts
+into 45-character pieces, mid-word, one row each (dcgmi/Diag.cpp DisplayVerboseInfo). A fragment of
+the table (rows without the header or the borders) is read as well.
 """
 
 from __future__ import annotations
@@ -19,11 +21,21 @@ _STATUS_WORDS = {"pass": "pass", "passed": "pass", "fail": "fail", "failed": "fa
                  "warning": "warn", "skip": "skip", "skipped": "skip", "not run": "skip", "not_run": "skip"}
 _STATUS = re.compile(r"^(?:GPU\s*\d+\s*:\s*)?(?P<word>Pass(?:ed)?|Fail(?:ed)?|Warn(?:ing)?|Skip(?:ped)?|Not[ _]Run)\b",
                      re.IGNORECASE)
-_ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<result>[^|]*)\|\s*$")
-_SECTION = re.compile(r"^\s*[|+]-+\s*(?P<section>[A-Za-z][\w ]*?)\s*-+\+")
+# A whole continuation cell that is a result: "Fail - GPU: 2", "Pass - GPUs: 0, 1, 2" (DCGM 2/3), "GPU1: Fail"
+# (DCGM 4: entity, then result), "Skip - GPUs: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1..." (dcgmi cut it at 46).
+# Only a whole cell: a piece of a wrapped message that starts with "failed" is text, not a verdict.
+_RESULT = re.compile(
+    r"^(?:[A-Za-z_ ]*\d+\s*:\s*)?(?P<word>Pass(?:ed)?|Fail(?:ed)?|Warn(?:ing)?|Skip(?:ped)?|Not[ _]Run)"
+    r"(?:\s*-\s*(?:All|GPUs?\s*:[\d, ]*(?:\.\.\.)?))?$", re.IGNORECASE)
+# The patterns below are matched against stripped lines, so that none has two ways to take the same
+# whitespace: each is linear in the length of the line, whatever is in it.
+# A table row: "| name | result |"; a fragment may have lost the outer borders.
+_ROW = re.compile(r"^\|?(?P<name>[^|]*)\|(?P<result>[^|]*)\|?$")
+_CELL_WIDTH = 48  # between the inner "|" and the last: " " + 46 characters + " "
+_SECTION = re.compile(r"^[|+]-+ *(?P<section>[A-Za-z]\w*(?: \w+)*) *-+\+")
 _DETAIL = re.compile(r"^(?:Warning|Info|Error)\b", re.IGNORECASE)
-_JSON_START = re.compile(r"^\s*\{", re.MULTILINE)
-_ERROR_LINE = re.compile(r"^\s*Error\s*:\s*(?P<message>.+?)\s*$", re.IGNORECASE)
+_JSON_START = re.compile(r"^[ \t]*\{", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^Error *: *(?P<message>.+)$", re.IGNORECASE)
 
 
 def _worst(statuses: list[str]) -> str:
@@ -119,47 +131,75 @@ def _from_json(document: object) -> dict:
     return _result("json", tests, details, version, None, len(gpus) or None, [])
 
 
+def _row(line: str) -> tuple[str, str, str] | None:
+    """(name, result, raw result cell) of a table row; borders optional, one inner "|" required."""
+    match = _ROW.match(line)
+    if not match:
+        return None
+    return match["name"].strip(), match["result"].strip(), match["result"]
+
+
+def _chunk(raw: str) -> str:
+    """The text of a continuation cell. dcgmi cuts messages every 45 characters, mid-word, and pads the
+    cell to 46 between "| " and " |": from an unaltered table the 45 characters are taken as they are,
+    so the pieces join into the message; from a reflowed one, the words are joined with a space."""
+    return raw[1:46] if len(raw) == _CELL_WIDTH else f" {raw.strip()} "
+
+
 def _from_table(lines: list[str]) -> dict:
     tests: dict[str, str] = {}
-    details: dict[str, list[str]] = {}
+    messages: dict[str, list[list[str]]] = {}  # test -> its Warning/Info/Error texts, in 45-character pieces
     errors: list[str] = []
     metadata: dict[str, str] = {}
     section = None
-    current = None
+    current = None  # the test the rows below belong to
+    message: list[str] | None = None  # the message being read
     seen_table = False
-    for line in lines:
+    for line in map(str.strip, lines):
         if match := _SECTION.match(line):
-            section, current, seen_table = match["section"], None, True
+            section, current, message, seen_table = match["section"], None, None, True
             continue
         if match := _ERROR_LINE.match(line):
             errors.append(match["message"])
             continue
-        row = _ROW.match(line)
+        row = _row(line)
         if not row:
             continue
-        name, result = row["name"].strip(), row["result"].strip()
+        name, result, raw = row
         if name == "Diagnostic" and result == "Result":
-            seen_table = True
+            seen_table, message = True, None
         elif section == "Metadata":
             metadata[name] = result
         elif name and not _DETAIL.match(name):
-            current = name
+            current, message = name, None
             status = _STATUS.match(result)
             tests[current] = _status(status["word"]) if status else "skip"
-        elif current is not None:
-            status = _STATUS.match(result) if not name else None
-            if status:  # continuation row: a per-GPU result of the same test
-                tests[current] = _worst([tests[current], _status(status["word"])])
-            elif result:
-                details.setdefault(current, []).append(f"{name}: {result}" if name else result)
-    if not seen_table or not tests:
+            seen_table = seen_table or bool(status)  # a fragment: rows without the header or borders
+        elif current is None:
+            continue
+        elif not name and (status := _RESULT.match(result)):  # per GPU: "Fail - GPU: 3", "GPU1: Fail"
+            tests[current] = _worst([tests[current], _status(status["word"])])
+            message = None
+        elif name or message is None:  # "Warning", "Warning: GPU0", "Info", or a text row of the test
+            message = [f"{name}: " if name else "", _chunk(raw)]
+            messages.setdefault(current, []).append(message)
+        else:  # the next 45 characters of the message above
+            message.append(_chunk(raw))
+    if not tests or not seen_table:
         if errors:
             raise ParseError(f"{KIND}: dcgmi reported an error: {errors[0]}")
         raise ParseError(f"not {KIND} output: no dcgmi diag result table or JSON")
-    ids = metadata.get("GPU Device IDs Detected")
-    gpu_count = len([i for i in ids.split(",") if i.strip()]) if ids else None
+    details = {test: [" ".join("".join(pieces).split()) for pieces in texts] for test, texts in messages.items()}
     return _result("text", tests, details, metadata.get("DCGM Version"),
-                   metadata.get("Driver Version Detected"), gpu_count, errors)
+                   metadata.get("Driver Version Detected"), _gpu_count(metadata), errors)
+
+
+def _gpu_count(metadata: dict[str, str]) -> int | None:
+    """From "GPU Device IDs Detected"; None when dcgmi cut the list short ("20b2, 20b2, 2...")."""
+    ids = metadata.get("GPU Device IDs Detected")
+    if not ids or ids.endswith("..."):
+        return None
+    return len([i for i in ids.split(",") if i.strip()])
 
 
 def _result(fmt, tests, details, version, driver, gpu_count, errors) -> dict:

@@ -114,6 +114,7 @@ def parse(text: str) -> dict:
         "validation": None,
         "avg_busbw_GBps": None,
         "out_of_bounds": None,
+        "footers": [],
         "rows": [],
         "errors": [],
         "ranks": [],
@@ -150,11 +151,11 @@ def parse(text: str) -> dict:
             recognised = True
         if _COLUMN_HEADER.search(line):
             recognised = True
-        if match := _AVG_BUSBW.search(line):
-            result["avg_busbw_GBps"] = number(match["value"])
-            recognised = True
         if match := _OUT_OF_BOUNDS.search(line):
-            result["out_of_bounds"] = int(match["count"])
+            _footer(result, "out_of_bounds", int(match["count"]))
+        if match := _AVG_BUSBW.search(line):
+            _footer(result, "avg_busbw_GBps", number(match["value"]))
+            recognised = True
         if _FAILURE.search(line):
             result["errors"].append(raw.strip())
             recognised = recognised or bool(_TEST_FAILURE.search(line))
@@ -171,7 +172,24 @@ def parse(text: str) -> dict:
     return _summarise(result, binary_name)
 
 
+def _footer(result: dict, key: str, value: int | float | None) -> None:
+    """Record one footer figure. Each run ends with "# Out of bounds values : N OK|FAILED" then "# Avg bus
+    bandwidth : X"; a capture can hold several runs (retries, one per collective), so every footer is kept
+    in `footers`, one entry per run, and no later run's "0 OK" can hide an earlier run's wrong values."""
+    footers = result["footers"]
+    if key == "out_of_bounds" or not footers or key in footers[-1]:  # the first line of a run's footer
+        footers.append({})
+    footers[-1][key] = value
+
+
 def _summarise(result: dict, binary_name: str | None) -> dict:
+    footers = result["footers"]
+    counts = [f["out_of_bounds"] for f in footers if f.get("out_of_bounds") is not None]
+    result["out_of_bounds"] = sum(counts) if counts else None  # wrong values over every run
+    averages = [f["avg_busbw_GBps"] for f in footers if f.get("avg_busbw_GBps") is not None]
+    result["avg_busbw_GBps"] = min(averages) if averages else None  # the worst run's
+    result["footers"] = [{"out_of_bounds": f.get("out_of_bounds"), "avg_busbw_GBps": f.get("avg_busbw_GBps")}
+                         for f in footers]
     rows = result["rows"]
     if result["collective"] is None:
         result["collective"] = binary_name

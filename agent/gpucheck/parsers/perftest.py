@@ -17,12 +17,12 @@ KIND = "perftest"
 
 # The banner perftest prints, e.g. "RDMA_Write BW Test", "Send Latency Test",
 # "RDMA_Write Post List BW Test", "Atomic FETCH_AND_ADD BW Test", "RDMA_Read Bidirectional BW Test".
-_BANNER = re.compile(
-    r"^\s*(?P<verb>RDMA_Write|RDMA_Read|Send|Atomic)\b(?P<middle>[A-Za-z_ ]*?)\b(?P<test>BW|Latency)\b.*\bTest\s*$"
-)
+# Every pattern here is linear in the line's length: a long line (a binary dump, a wrapped log) must not
+# cost seconds. So the banner is matched in two anchored steps, never with two open-ended parts in one.
+_BANNER = re.compile(r"^\s*(?P<verb>RDMA_Write|RDMA_Read|Send|Atomic)\b(?P<rest>.*)\bTest\s*$")
+_BANNER_TEST = re.compile(r"[A-Za-z_ ]*?\b(?P<test>BW|Latency)\b")
 _VERB_TOOL = {"RDMA_Write": "write", "RDMA_Read": "read", "Send": "send", "Atomic": "atomic"}
 _COMMAND = re.compile(r"\b(?P<tool>(?:ib_(?:write|read|send|atomic)|raw_ethernet)_(?:bw|lat|burst_lat|fw_lat))\b")
-_KEY_VALUE = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9 .*/_-]*?)\s*:\s*(?P<value>\S+)")
 _HEADER_KEYS = {
     "Device": "device",
     "Link type": "link_layer",
@@ -34,11 +34,15 @@ _HEADER_KEYS = {
     "Post List": "post_list",
     "GID index": "gid_index",
 }
-_COLUMN = re.compile(
-    r"#bytes|#iterations|BW peak\[[^\]]*\]|BW average\[[^\]]*\]|MsgRate\[[^\]]*\]"
-    r"|t_(?:min|max|typical|avg|stdev)\[[^\]]*\]|[\d.]+% percentile\[[^\]]*\]|tps average"
+# "Device         : ib0", two to a line ("Dual-port       : OFF\t\tDevice         : ib0"). Only the known
+# keys are looked for: a pattern for any key would try every letter of a long line as a key's start.
+_KEY_VALUE = re.compile(r"(?<![A-Za-z0-9])(?P<key>" + "|".join(map(re.escape, _HEADER_KEYS))
+                        + r")\s*:\s*(?P<value>\S+)")
+_COLUMN = re.compile(  # units in brackets are short: a bounded bracket keeps a long line linear
+    r"#bytes|#iterations|BW peak\[[^\]]{0,16}\]|BW average\[[^\]]{0,16}\]|MsgRate\[[^\]]{0,16}\]"
+    r"|t_(?:min|max|typical|avg|stdev)\[[^\]]{0,16}\]|(?<![\d.])[\d.]{1,8}% percentile\[[^\]]{0,16}\]|tps average"
 )
-_BW_UNIT = re.compile(r"BW (?:peak|average)\[(?P<unit>[^\]]*)\]")
+_BW_UNIT = re.compile(r"BW (?:peak|average)\[(?P<unit>[^\]]{0,16})\]")
 _TO_GBPS = {"Gb/sec": 1.0, "MB/sec": 8 / 1000}
 _NO_PEAK = re.compile(r"BW peak won't be measured", re.IGNORECASE)
 # Failure messages perftest prints when it cannot run (device missing, peer unreachable, ...).
@@ -77,7 +81,7 @@ def _row(tokens: list[str], columns: list[str], factor: float) -> dict | None:
     return row if isinstance(row["size_B"], int) else None
 
 
-def _test_name(banner: re.Match | None, command: str | None) -> str | None:
+def _test_name(banner: dict | None, command: str | None) -> str | None:
     if banner:
         return f"ib_{_VERB_TOOL[banner['verb']]}_{'bw' if banner['test'] == 'BW' else 'lat'}"
     return command
@@ -99,8 +103,8 @@ def parse(text: str) -> dict:
     recognised = False
     for raw in lines:
         line = strip_prefix(raw)  # pdsh / mpirun --tag-output prefixes
-        if banner is None and (match := _BANNER.match(line)):
-            banner = match
+        if banner is None and (match := _BANNER.match(line)) and (test := _BANNER_TEST.match(match["rest"])):
+            banner = {"verb": match["verb"], "test": test["test"]}
             recognised = True
             continue
         if command is None and (match := _COMMAND.search(line)):

@@ -4,6 +4,11 @@ The matrix is tab-separated; cells may be empty (a cgroup-restricted job sees no
 and rows may carry extra empty cells, so cells are matched to the header by position and
 never by splitting on runs of whitespace when tabs are present. Link types: X (self),
 NV# (# bonded NVLinks), PIX, PXB, PHB, NODE, SYS (see the legend nvidia-smi prints).
+
+`nvidia-smi topo -mp` prints the same matrix with PCIe paths only: its legend has no "NV#" line, and a
+pair of GPUs joined by NVLink shows its PCIe path. So `nvlink` is True when a cell says NV#, False only
+when the legend shows the matrix could have said so (`topo -m`), and None (unknown) otherwise;
+`matrix` says which: "nvlink+pcie" (-m), "pcie" (-mp), or None when the text does not tell.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ KIND = "topo"
 _GPU = re.compile(r"GPU\d+")
 _NVLINK = re.compile(r"NV\d+")
 _NIC_LEGEND = re.compile(r"^\s*(?P<nic>NIC\d+)\s*:\s*(?P<name>\S+)\s*$")
+_LEGEND = re.compile(r"^\s*Legend:\s*$")
+_LEGEND_NVLINK = re.compile(r"^\s*NV#\s*=")
+_PCIE_ONLY_COMMAND = re.compile(r"\btopo\s+(?:-mp|--matrix_pci)\b")
 _CLOSE_TO_NIC = ("PIX", "PXB")  # at most a PCIe switch between GPU and NIC: the NIC to use (GPUDirect RDMA)
 
 
@@ -78,17 +86,28 @@ def parse(text: str) -> dict:
         cpu_affinity[gpu] = _value(_nth(trailing, extra, "CPU Affinity"))
         numa_affinity[gpu] = _value(_nth(trailing, extra, "NUMA Affinity"))
     gpu_links = sorted({v for k, v in links.items() if _GPU.fullmatch(k.split("-", 1)[1])})
+    matrix = _matrix_kind(lines, any(_NVLINK.fullmatch(v) for v in gpu_links))
     return {
+        "matrix": matrix,
         "gpus": gpus,
         "nics": nics,
         "nic_legend": legend,
         "links": links,
         "gpu_link_types": gpu_links,
-        "nvlink": any(_NVLINK.fullmatch(v) for v in gpu_links),
+        "nvlink": {"nvlink+pcie": any(_NVLINK.fullmatch(v) for v in gpu_links), "pcie": None}.get(matrix),
         "nic_affinity": nic_affinity,
         "cpu_affinity": cpu_affinity,
         "numa_affinity": numa_affinity,
     }
+
+
+def _matrix_kind(lines: list[str], nvlink_seen: bool) -> str | None:
+    """"nvlink+pcie" (`topo -m`), "pcie" (`topo -mp`), or None when neither the cells nor the text tell."""
+    if nvlink_seen or any(_LEGEND_NVLINK.match(line) for line in lines):
+        return "nvlink+pcie"
+    if any(_LEGEND.match(line) or _PCIE_ONLY_COMMAND.search(line) for line in lines):
+        return "pcie"  # a legend without NV#, or the command line that asked for PCIe paths only
+    return None
 
 
 def _nth(cells: list[str], names: list[str], wanted: str) -> str | None:

@@ -2,7 +2,9 @@
 
 Accepts dmesg (with or without timestamps, -T), journalctl -k / syslog, and raw /dev/kmsg
 records. Continuation lines (indented, no timestamp of their own) are joined to the line
-they continue, so a report wrapped over several lines is read as one.
+they continue, so a report wrapped over several lines is read as one. A kernel log can hold stray
+bytes (NUL, control characters, bytes that are not UTF-8): they are dropped and counted in
+`stray_bytes`, and every line around them is read; one NUL must not hide an Xid.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ._common import ParseError, guard, text_lines
+from ._common import ParseError, drop_stray_bytes, guard, text_lines
 
 KIND = "xid"
 
@@ -150,6 +152,7 @@ def _is_kernel_log(line: str) -> bool:
 
 @guard(KIND)
 def parse(text: str) -> dict:
+    text, stray = drop_stray_bytes(text)
     lines = _logical_lines(text_lines(text, KIND))
     if not any(_is_kernel_log(line) for line in lines):
         raise ParseError(f"not {KIND} input: no kernel log lines (dmesg, journalctl, syslog or kmsg)")
@@ -171,4 +174,5 @@ def parse(text: str) -> dict:
         "counts": dict(sorted(counts.items(), key=lambda item: int(item[0]))),
         "fallen_off_bus": sorted(fallen),
         "worst_severity": max(severities, key=_RANK.__getitem__, default=None),
+        "stray_bytes": stray,
     }

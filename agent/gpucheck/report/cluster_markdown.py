@@ -1,16 +1,28 @@
-"""The cluster report as report.md: the verdict, the drain list, what did not pass, nodes, pairs, scaling."""
+"""The cluster report as report.md: the verdict, the drain list, what did not pass, nodes, pairs, scaling.
+Any value may be odd (a node's text, a figure that is not a number): each is shown as text in its cell."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .cluster_drain import render_drain
-from .cluster_wording import counts_text, published_scaling, verdict
+from .cluster_wording import counts_text, number, published_scaling, status_of, verdict
+
+BREAKS = re.compile(r"[\r\n\x00-\x08\x0b-\x1f\x7f\u2028\u2029]+")
 
 
 def _cell(text: Any) -> str:
     """Text that stays inside one table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return BREAKS.sub(" ", str(text)).replace("|", "\\|")
+
+
+def _code(text: Any) -> str:
+    return "`" + _cell(text).replace("`", "'") + "`"
+
+
+def _items(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    return [x for x in doc.get(key) or () if isinstance(x, dict)]
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -18,33 +30,37 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# gpucheck cluster — {verdict(code)} (exit {code})", ""]
     if not doc.get("complete"):
         lines += ["**Incomplete**: this report was written before the run ended.", ""]
-    inv = doc.get("inventory", {})
-    lines += [f"- started {doc.get('started')}, {doc.get('duration_s', 0):.1f} s",
-              f"- inventory {', '.join(inv.get('sources', []))}, pattern `{inv.get('pattern')}`"
-              + (f", limit `{inv.get('limit')}`" if inv.get("limit") else ""),
-              f"- nodes: {counts_text(doc['counts']['nodes'])}; "
-              f"cluster checks: {counts_text(doc['counts']['cluster'])}",
+    inv = doc.get("inventory") or {}
+    counts = doc.get("counts") or {}
+    lines += [f"- started {doc.get('started')}, {number(doc.get('duration_s', 0), '.1f')} s",
+              f"- inventory {_cell(', '.join(map(str, inv.get('sources') or [])))}, pattern {_code(inv.get('pattern'))}"
+              + (f", limit {_code(inv.get('limit'))}" if inv.get("limit") else ""),
+              f"- nodes: {counts_text(counts.get('nodes'))}; cluster checks: {counts_text(counts.get('cluster'))}",
               ""]
     if doc.get("drain"):
-        lines += ["## Nodes to drain", "", "```"] + render_drain(doc).splitlines() + ["```", ""]
-    not_pass = [r for r in doc.get("cluster", []) if r["status"] != "pass"]
+        lines += ["## Nodes to drain", "", "```"] + render_drain(doc).replace("```", "'''").splitlines() + ["```", ""]
+    results = _items(doc, "cluster")
+    not_pass = [r for r in results if status_of(r) != "pass"]
     lines += ["## Cluster checks", ""]
     if not_pass:
         lines += ["| status | check | reason |", "|---|---|---|"]
-        lines += [f"| {r['status'].upper()} | `{r['check']}` | {_cell(r['reason'])} |" for r in not_pass]
-    passed = len(doc.get("cluster", [])) - len(not_pass)
-    lines += ["", f"{passed} cluster check(s) pass.", "", "## Nodes", "",
+        lines += [f"| {_cell(status_of(r).upper())} | {_code(r.get('check'))} | {_cell(r.get('reason', ''))} |"
+                  for r in not_pass]
+    lines += ["", f"{len(results) - len(not_pass)} cluster check(s) pass.", "", "## Nodes", "",
               "| node | address | status | reason | time (s) |", "|---|---|---|---|---|"]
-    for host, node in doc.get("nodes", {}).items():
-        lines.append(f"| {_cell(host)} | {_cell(node.get('address', ''))} | {node['status'].upper()} | "
-                     f"{_cell(node.get('reason', ''))} | {float(node.get('wall_s') or 0):.1f} |")
-    if doc.get("pairs"):
+    for host, node in (doc.get("nodes") or {}).items():
+        node = node if isinstance(node, dict) else {}
+        lines.append(f"| {_cell(host)} | {_cell(node.get('address', ''))} | {_cell(status_of(node).upper())} | "
+                     f"{_cell(node.get('reason', ''))} | {number(node.get('wall_s') or 0, '.1f')} |")
+    pairs = _items(doc, "pairs")
+    if pairs:
         lines += ["", "## Pair bandwidth", "", "| a | b | value | status |", "|---|---|---|---|"]
-        lines += [f"| {p['a']} | {p['b']} | {p['value']:g} {p.get('unit', '')} | {p.get('status', '')} |"
-                  for p in doc["pairs"]]
-    if doc.get("scaling"):
+        lines += [f"| {_cell(p.get('a'))} | {_cell(p.get('b'))} | {number(p.get('value'))} {_cell(p.get('unit', ''))} "
+                  f"| {_cell(p.get('status', ''))} |" for p in pairs]
+    scaling = _items(doc, "scaling")
+    if scaling:
         lines += ["", "## Scaling", "", "| job | GPUs | throughput | efficiency |", "|---|---|---|---|"]
-        lines += [f"| {s['label']} | {s['gpus']} | {s['throughput']:g} {s.get('unit', '')} | {s['efficiency']:.0%} |"
-                  for s in doc["scaling"]]
+        lines += [f"| {_cell(s.get('label'))} | {_cell(s.get('gpus'))} | {number(s.get('throughput'))} "
+                  f"{_cell(s.get('unit', ''))} | {number(s.get('efficiency'), '.0%')} |" for s in scaling]
         lines += ["", f"Published: {published_scaling()}."]
     return "\n".join(lines) + "\n"

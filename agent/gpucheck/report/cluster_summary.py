@@ -6,26 +6,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .cluster_wording import counts_text, verdict
+from .cluster_drain import one_line
+from .cluster_wording import counts_text, number, status_of, verdict
 
 
 def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10) -> str:
     """At most `limit` odd nodes and `limit` odd cluster checks; the rest are counted (report.md has them)."""
     code = doc.get("exit_code", 3)
-    nodes = doc.get("nodes", {})
-    lines = ["", f"gpucheck cluster: {len(nodes)} node(s): {counts_text(doc['counts']['nodes'])}; "
-                 f"cluster checks: {counts_text(doc['counts']['cluster'])} ({doc.get('duration_s', 0):.1f} s)"]
-    bad = [(h, n) for h, n in nodes.items() if n["status"] not in ("pass", "skip")]
+    nodes = doc.get("nodes") or {}
+    counts = doc.get("counts") or {}
+    lines = ["", f"gpucheck cluster: {len(nodes)} node(s): {counts_text(counts.get('nodes'))}; "
+                 f"cluster checks: {counts_text(counts.get('cluster'))} ({number(doc.get('duration_s', 0), '.1f')} s)"]
+    bad = [(h, n) for h, n in nodes.items() if status_of(n) not in ("pass", "skip")]
     for host, node in bad[:limit]:
-        lines.append(f"  {node['status'].upper():<7} {host}: {node.get('reason', '')}")
+        lines.append(f"  {status_of(node).upper():<7} {host}: {one_line(node.get('reason', ''))}")
     if len(bad) > limit:
         lines.append(f"  ... and {len(bad) - limit} more node(s) (report.md)")
-    odd = [r for r in doc.get("cluster", []) if r["status"] not in ("pass", "skip")]
+    odd = [r for r in doc.get("cluster") or () if status_of(r) not in ("pass", "skip")]
     for result in odd[:limit]:
-        lines.append(f"  {result['status'].upper():<7} {result['check']}: {result['reason']}")
+        lines.append(f"  {status_of(result).upper():<7} {result.get('check')}: {one_line(result.get('reason', ''))}")
     if len(odd) > limit:
         lines.append(f"  ... and {len(odd) - limit} more cluster check(s) (report.md)")
-    drained = [d["node"] for d in doc.get("drain", [])]
+    drained = [str(d.get("node")) for d in doc.get("drain") or () if isinstance(d, dict)]
     if drained:
         shown = ", ".join(drained[:20]) + (f" and {len(drained) - 20} more" if len(drained) > 20 else "")
         lines.append(f"drain ({len(drained)}): {shown}  -> {Path(report_dir) / 'drain.txt'}")

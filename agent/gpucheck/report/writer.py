@@ -1,9 +1,11 @@
 """The cluster report's directory: nodes/<host>.json as each host answers, and the report files,
-each written atomically and rewritten as each stage finishes."""
+each written atomically and rewritten as each stage finishes. Everything written goes through
+cluster_redact.clean first (no secret, no NaN): `write` returns the document as written."""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -16,12 +18,14 @@ from .cluster_html import render_html
 from .cluster_json import render_json
 from .cluster_junit import render_junit
 from .cluster_markdown import render_markdown
+from .cluster_redact import clean
 
 # file name -> its renderer, in the order they are written
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "report.json": render_json, "junit.xml": render_junit, "report.md": render_markdown,
     "report.html": render_html, "drain.txt": render_drain}
 FILES = tuple(RENDERERS)
+NAME_MAX = 100  # of the readable part of a node's file name (file systems allow 255 bytes)
 
 
 def default_dir(now: dt.datetime | None = None) -> Path:
@@ -35,6 +39,17 @@ def safe_name(host: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", host) or "_"
 
 
+def node_file(host: str) -> str:
+    """The node's file in the report directory, unique per host name: `nodes/<host>.json` when the name
+    is a safe file name as it is, else its safe form, `~` and a hash of the name (`n/1` and `n_1` are two
+    hosts: nodes/n_1~<hash>.json and nodes/n_1.json; no safe name holds a `~`)."""
+    safe = safe_name(host)
+    if safe == host and len(host) <= NAME_MAX and not host.startswith("."):
+        return f"nodes/{host}.json"
+    digest = hashlib.sha256(host.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"nodes/{safe[:NAME_MAX].lstrip('.') or '_'}~{digest}.json"  # never hidden
+
+
 class ReportWriter:
     """Owns the report directory: nodes/<host>.json as each host answers, the report files per stage."""
 
@@ -43,8 +58,11 @@ class ReportWriter:
         (self.dir / "nodes").mkdir(parents=True, exist_ok=True)
 
     def node(self, host: str, outcome: dict[str, Any]) -> None:
-        write_atomically(self.dir / "nodes" / f"{safe_name(host)}.json", json.dumps(outcome, indent=2, default=str))
+        write_atomically(self.dir / node_file(host), json.dumps(clean(outcome), indent=2, default=str) + "\n")
 
-    def write(self, doc: dict[str, Any]) -> None:
+    def write(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Every report file from `doc`; returns the document as written (redacted)."""
+        written = clean(doc)
         for name, render in RENDERERS.items():
-            write_atomically(self.dir / name, render(doc))
+            write_atomically(self.dir / name, render(written))
+        return written
