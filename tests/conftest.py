@@ -5,8 +5,11 @@ Under CI (the CI variable true) a run that collected lab tests must run them all
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if ci():
         config.pluginmanager.register(LabEvidence(), "gpucheck-lab-evidence")
+
+
+@pytest.fixture(scope="module")
+def fabric_manager(tmp_path_factory):
+    """A process named nv-fabricmanager, as on an NVSwitch system (the check looks for it by name)."""
+    exe = tmp_path_factory.mktemp("fm") / "nv-fabricmanager"
+    shutil.copy(shutil.which("sleep"), exe)
+    proc = subprocess.Popen([str(exe), "600"])
+    time.sleep(0.2)
+    yield proc
+    proc.kill()
+    proc.wait()

@@ -11,8 +11,6 @@ costs only the checks that need it; a GPU on the PCI bus that NVML does not show
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,18 +166,6 @@ CASES = [
 @pytest.fixture(scope="module")
 def libdir() -> Path:
     return build_library()
-
-
-@pytest.fixture(scope="module")
-def fabric_manager(tmp_path_factory):
-    """A process named nv-fabricmanager, as on an NVSwitch system (the check looks for it by name)."""
-    exe = tmp_path_factory.mktemp("fm") / "nv-fabricmanager"
-    shutil.copy(shutil.which("sleep"), exe)
-    proc = subprocess.Popen([str(exe), "600"])
-    time.sleep(0.2)
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def scenario_file(case: Case, tmp_path: Path) -> Path:

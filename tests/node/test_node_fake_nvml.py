@@ -8,8 +8,6 @@ recorded outputs by executables on PATH.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,18 +28,6 @@ QUIET_DMESG = "[    0.000000] Linux version 6.1.0-18-amd64\n[    2.114000] nvidi
 @pytest.fixture(scope="module")
 def libdir(tmp_path_factory) -> Path:
     return build_library()
-
-
-@pytest.fixture(scope="module")
-def fabric_manager(tmp_path_factory):
-    """A process named nv-fabricmanager, as on an NVSwitch system (the check looks for it by name)."""
-    exe = tmp_path_factory.mktemp("fm") / "nv-fabricmanager"
-    shutil.copy(shutil.which("sleep"), exe)
-    proc = subprocess.Popen([str(exe), "600"])
-    time.sleep(0.2)
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 @pytest.fixture
