@@ -64,6 +64,23 @@ def test_all_healthy_every_stage_passes_with_pairs_and_scaling(lab4: LabState, t
                         timings=doc["timings"])
 
 
+def test_tensorflow_parameter_server_training_across_hosts(lab4: LabState, tmp_path: Path) -> None:
+    """--framework tf-ps: chief, workers and a ps task on different hosts, real gRPC between namespaces."""
+    report = tmp_path / "report"
+    done, doc, wall = run_cluster([*LIMIT, *QUICK, "--stages", "smoke", "--framework", "tf-ps"], report)
+    lab4.timings["tf_ps_smoke_s"] = round(wall, 1)
+    assert done.returncode == 0, done.stdout + done.stderr
+    smoke = by_check(doc)["cluster.smoke.tf-ps"]
+    assert smoke["status"] == "pass", smoke["reason"]
+    assert "loss fell" in smoke["reason"] and "read back the variables" in smoke["reason"]
+    everything = smoke["measured"]["3 nodes"]
+    assert everything["passed"] and everything["hosts"] == list(HEALTHY)  # a task on every host reported
+    assert everything["ranks"] == 3  # one worker per CPU host
+    assert [p["gpus"] for p in doc["scaling"]] == [1, 3] and doc["scaling"][1]["throughput"] > 0
+    lab4.figures.update(tf_ps_1_worker_samples_per_s=doc["scaling"][0]["throughput"],
+                        tf_ps_3_workers_samples_per_s=doc["scaling"][1]["throughput"])
+
+
 def test_four_hosts_the_faulty_one_is_drained_and_the_rest_still_tested(lab4: LabState, tmp_path: Path) -> None:
     report = tmp_path / "report"
     done, doc, wall = run_cluster([*QUICK, "--skip-stages", "allreduce,smoke"], report)

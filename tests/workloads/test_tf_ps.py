@@ -1,5 +1,6 @@
 """TensorFlow parameter-server training for real: chief + 2 workers + 1 ps, each its own process with the
-TF_CONFIG that gpucheck.workloads.launch builds, all on 127.0.0.1 (different ports)."""
+TF_CONFIG that gpucheck.workloads.launch builds, all on 127.0.0.1 (different ports); and the lab's layout
+(1 worker, then 3) with the lab's options, which must converge."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ SCRIPT = WORKLOADS / "smoke_tf_ps.py"
 ARGS = ["--steps", "40", "--warmup-steps", "8", "--batch-size", "32", "--seed", "7", "--timeout-s", "240",
         "--chief-wait-s", "120", "--poll-s", "0.3"]
 TIMEOUT = 300
+# What the cluster stage runs in the lab (--smoke-steps 10: max(20, 3 * 10) steps, the rest at its defaults).
+LAB_ARGS = ["--steps", "30", "--timeout-s", "240", "--chief-wait-s", "120", "--poll-s", "0.3"]
 
 
 def start_cluster(stack: Stack, tasks, args: list[str]) -> list[tuple[object, subprocess.Popen]]:
@@ -78,7 +81,33 @@ def test_ps_cluster_trains_and_every_worker_reads_back_the_same_variables(ps_run
     for r in results:
         if r["role"] != "chief":
             assert r["chief_seen"] and r["exit_reason"] == "chief finished", r
-    print(f"\ntf-ps on localhost (chief + 2 workers + 1 ps): {chief['steps_per_s']} steps/s, whole run {seconds:.1f} s")
+    print(f"\ntf-ps on localhost (chief + 2 workers + 1 ps): loss {chief['loss_first']:.5f} -> "
+          f"{chief['loss_last']:.5f}, {chief['steps_per_s']} steps/s, whole run {seconds:.1f} s")
+
+
+@pytest.mark.parametrize(("workers", "momentum"), [(1, 0.9), (3, 0.7)])
+def test_asynchronous_training_converges_as_the_lab_runs_it(tf_horovod: Stack, workers: int, momentum: float):
+    """Chief + 1 or 3 workers + 1 ps with the lab's options. With one worker's settings the 3 workers' stale
+    gradients diverged on CI (loss 0.77 -> 4.14); the effective step lr / (1 - momentum) is divided by the
+    workers now (out of the momentum first, the rate ramped up over the first W updates), and one worker
+    trains as before."""
+    tasks = plan_ps_cluster(["127.0.0.1"], free_ports(workers + 2), num_ps=1, workers_per_host=workers)
+    out = collect(start_cluster(tf_horovod, tasks, LAB_ARGS), TIMEOUT)
+    results = [r for v in out.values() for r in parse_results(v["stdout"])]
+    chief = next((r for r in results if r["role"] == "chief"), None)
+    assert chief is not None, explain(out)
+    print(f"\ntf-ps, chief + {workers} worker(s) + 1 ps: loss {chief['loss_first']:.5f} -> {chief['loss_last']:.5f}"
+          f" (learning rate {chief['lr']:g}, momentum {chief['momentum']:g})")
+    assert chief["num_workers"] == workers and chief["lr_base"] == 0.02
+    assert chief["lr"] == pytest.approx(0.02) and chief["momentum"] == pytest.approx(momentum)
+    assert chief["lr"] / (1 - chief["momentum"]) == pytest.approx(0.2 / workers)
+    assert chief["lr_ramp_updates"] == (workers if workers > 1 else 0)
+    verdict = judge_ps(results, {"chief": 1, "worker": workers, "ps": 1})
+    assert chief["loss_fell"] and chief["loss_last"] < chief["loss_first"], chief
+    assert verdict["passed"], (verdict["reasons"], explain(out))
+    # each worker draws its own batches (with one seed the first steps ran one batch from one set of weights)
+    if workers > 1:
+        assert len(set(chief["train_loss_first_steps"])) > 1, chief["train_loss_first_steps"]
 
 
 def test_ps_servers_give_up_when_no_chief_comes(tf_horovod):

@@ -12,6 +12,14 @@ One process per task, each started with its own ``TF_CONFIG`` (gpucheck.workload
   (asynchronous: each worker reads the variables from the ps, computes a gradient on its batch and
   applies it on the ps).
 
+With W workers a gradient reaches the ps about W-1 updates after the variables it was computed from were
+read (its staleness). With one worker's settings (``--lr``, momentum 0.9) 3 workers on a loaded machine
+diverged (loss 0.77 -> 4.14), so ``async_optimizer`` (it cites the sources) divides the effective step
+lr / (1 - momentum) by W, out of the momentum first, and ramps the rate up over the first W updates (all
+computed from the initial weights); one worker trains with ``--lr`` and 0.9 as before. Each worker
+shuffles the data in its own order (TF's advice for ``create_per_worker_dataset``): with one seed they
+all ran the same batches, the same gradient W times over.
+
 Workers and ps cannot be told to stop by TensorFlow, so they watch the chief's address: they wait (up to
 ``--chief-wait-s``) for it to come up, then exit as soon as it is gone (``--timeout-s`` bounds them too).
 
@@ -19,15 +27,16 @@ Checks (printed by the chief): the loss on a fixed held-out batch falls; and, si
 one copy of the variables (on the ps) rather than one per rank, "identical weights" is checked as: every
 worker reads the variables back (an op placed on that worker) and gets the same bytes as the chief, and
 every worker evaluating the trained model on the held-out batch gets the same loss as the chief. Training
-is asynchronous, so the final weights are not bit-reproducible from run to run (the data and the initial
-weights are, from ``--seed``).
+is asynchronous and each worker draws its batches in its own random order, so the final weights are not
+bit-reproducible from run to run (the data set, the held-out batch and the initial weights are, from
+``--seed``).
 
 Output: one ``GPUCHECK_RESULT {json}`` line per task on stdout (one ``write``), logs on stderr.
 Every task: ok, workload, role, task_index, hostname, pid, tf_version, devices, wall_s, error.
-The chief adds: num_workers, num_ps, steps, warmup_steps, batch_size, seed, loss_first, loss_last,
-loss_fell, steps_per_s, samples_per_s (after warm-up, all workers together), weights_sha256, n_params,
-variable_devices, cluster_devices, workers (per worker: index, weights_sha256, eval_loss, match),
-workers_agree. Workers and ps add: served_s, chief_seen, exit_reason.
+The chief adds: num_workers, num_ps, steps, warmup_steps, batch_size, seed, lr_base, lr, momentum,
+lr_ramp_updates, loss_first, loss_last, loss_fell, steps_per_s, samples_per_s (after warm-up, all workers
+together), weights_sha256, n_params, variable_devices, cluster_devices, workers (per worker: index,
+weights_sha256, eval_loss, match), workers_agree. Workers and ps add: served_s, chief_seen, exit_reason.
 Standard library + TensorFlow + rank_io.py (copied beside it) only, no gpucheck import; Python 3.9+.
 """
 
@@ -49,7 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=60, help="training steps scheduled by the chief")
     p.add_argument("--warmup-steps", type=int, default=10, help=rank_io.WARMUP_HELP)
     p.add_argument("--batch-size", type=int, default=32, help="per step (one worker runs a step)")
-    rank_io.add_model_options(p)
+    rank_io.add_model_options(p, lr_help="for one worker (momentum 0.9); see async_optimizer for W workers")
     p.add_argument("--chief-wait-s", type=float, default=300, help="workers/ps: how long to wait for the chief")
     p.add_argument("--poll-s", type=float, default=0.5, help="workers/ps: how often to look at the chief")
     return rank_io.parse(p, argv)
@@ -160,6 +169,37 @@ def serve(args, config, role, index, record, start):
         time.sleep(args.poll_s)
 
 
+MOMENTUM = 0.9  # one worker's momentum, as in the synchronous smoke jobs
+
+
+def async_optimizer(lr, num_workers, momentum=MOMENTUM):
+    """(learning rate, momentum, ramp) of asynchronous parameter-server SGD with `num_workers` workers, from
+    one worker's `lr` and `momentum`: the effective step lr / (1 - momentum) divided by the number of
+    workers W, out of the momentum first (1 - momentum W times larger, down to momentum 0), then out of
+    the rate; and with W > 1 the rate ramps up linearly over the first `ramp` = W updates (lr / W, 2 lr / W,
+    ... lr). One worker: (lr, momentum, 0), as before.
+
+    - A gradient is applied after the updates of the others in flight, about W-1 of them (its staleness),
+      and the step that keeps training stable shrinks with the staleness: Lian et al., "Asynchronous
+      Parallel Stochastic Gradient for Nonconvex Optimization" (NeurIPS 2015, arXiv:1506.08272); Zhang
+      et al., "Staleness-aware Async-SGD for Distributed Deep Learning" (IJCAI 2016, arXiv:1511.05950)
+      divide the rate by the staleness, on average about the number of workers.
+    - Mitliagkas et al., "Asynchrony begets Momentum, with an Application to Deep Learning" (2016,
+      arXiv:1605.09774): W asynchronous workers act as an implicit momentum of about 1 - 1/W on top of the
+      optimizer's, so the explicit momentum should come down as the workers go up. Hence the momentum
+      first: with 7-8 workers and the lab's 30 steps, the rate alone divided by W (momentum 0.9) ended at
+      0.30-1.29 times the starting loss (above it in 3 runs of 41), this at 0.21-0.24 (10 runs).
+    - The first W gradients are all computed from the initial weights, when gradients are largest: the
+      gradual warm-up of Goyal et al., "Accurate, Large Minibatch SGD" (arXiv:1706.02677) over those W
+      updates. Without it, 8 workers in 20 steps ended above the starting loss in 2 runs of 19.
+    (The synchronous jobs multiply the rate by the ranks instead: there W gradients are averaged.)
+    """
+    workers = max(1, num_workers)
+    slack = (1.0 - momentum) * workers  # 1 - momentum, W times larger
+    rate, momentum = (lr, round(1.0 - slack, 12)) if slack <= 1.0 else (lr / slack, 0.0)
+    return rate, momentum, (workers if workers > 1 else 0)
+
+
 def run_chief(args, config, record):
     import numpy as np
     import tensorflow as tf
@@ -167,8 +207,10 @@ def run_chief(args, config, record):
     record["tf_version"] = tf.__version__
     cluster = config["cluster"]
     num_workers, num_ps = len(cluster.get("worker", [])), len(cluster.get("ps", []))
+    lr, momentum, ramp = async_optimizer(args.lr, num_workers)
     record.update(num_workers=num_workers, num_ps=num_ps, steps=args.steps, warmup_steps=args.warmup_steps,
-                  batch_size=args.batch_size, seed=args.seed)
+                  batch_size=args.batch_size, seed=args.seed, lr_base=args.lr, lr=lr, momentum=momentum,
+                  lr_ramp_updates=ramp)
     if num_workers < 1 or num_ps < 1:
         raise RuntimeError(f"need at least one worker and one ps, got {num_workers} and {num_ps}")
     tf.keras.utils.set_random_seed(args.seed)
@@ -180,14 +222,15 @@ def run_chief(args, config, record):
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     record["cluster_devices"] = sorted(d.name for d in tf.config.list_logical_devices()
                                        if "/job:chief" not in d.name)
-    log(f"chief: {num_workers} workers, {num_ps} ps; devices {record['cluster_devices']}")
+    log(f"chief: {num_workers} workers, {num_ps} ps, learning rate {lr:g} (after {ramp} updates), "
+        f"momentum {momentum:g}; devices {record['cluster_devices']}")
 
     pool = max(args.batch_size * 32, 1024)
     x_eval, y_eval, x_pool, y_pool = rank_io.synthetic_data(np, args.seed, pool, args.features)
 
-    def dataset_fn():
+    def dataset_fn():  # no seed: each worker its own order (see create_per_worker_dataset below)
         return (tf.data.Dataset.from_tensor_slices((x_pool, y_pool))
-                .shuffle(pool, seed=args.seed).repeat().batch(args.batch_size, drop_remainder=True))
+                .shuffle(pool).repeat().batch(args.batch_size, drop_remainder=True))
 
     with strategy.scope():
         model = tf.keras.Sequential([
@@ -195,7 +238,9 @@ def run_chief(args, config, record):
             tf.keras.layers.Dense(args.hidden, activation="relu"),
             tf.keras.layers.Dense(1),
         ])
-        optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=args.lr, momentum=0.9)
+        # lr * (update + 1) / ramp over the first `ramp` updates, then lr (a power-1 "decay" from lr / ramp up to lr)
+        rate = lr if ramp < 2 else tf.keras.optimizers.schedules.PolynomialDecay(lr / ramp, ramp - 1, lr)
+        optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=rate, momentum=momentum)
     variables = model.trainable_variables
     record["variable_devices"] = sorted({v.device for v in variables})
 
@@ -221,6 +266,10 @@ def run_chief(args, config, record):
 
     record["loss_first"] = float(eval_loss_fn(x_eval, y_eval).numpy())
     log(f"chief: loss before {record['loss_first']:.5f}")
+    # Every worker runs the same dataset graph: "shuffled differently if they contain a dataset.shuffle
+    # operation and a random seed is not set" (ClusterCoordinator.create_per_worker_dataset). The global
+    # seed (set above for the initial weights) would seed the shuffle alike on every worker: clear it.
+    tf.random.set_seed(None)
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     warm = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(args.warmup_steps)]
     coordinator.join()
