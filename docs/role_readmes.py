@@ -35,19 +35,19 @@ def _load(path: Path) -> Any:
     return yaml.safe_load(path.read_text()) if path.is_file() else None
 
 
-def _templated(value: Any) -> bool:
+def templated(value: Any) -> bool:
     if isinstance(value, str):
         return "{{" in value or "{%" in value
     if isinstance(value, list):
-        return any(_templated(item) for item in value)
+        return any(templated(item) for item in value)
     if isinstance(value, dict):
-        return any(_templated(item) for item in value.values())
+        return any(templated(item) for item in value.values())
     return False
 
 
 def _flow(value: Any) -> str:
     """A value as one line of YAML, the way it would be written in an inventory."""
-    if isinstance(value, str) and _templated(value):
+    if isinstance(value, str) and templated(value):
         return value
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False).strip()
     return text.removesuffix("...").strip()
