@@ -148,21 +148,44 @@ def test_a_host_down_is_unreachable_and_the_rest_are_checked(lab4: LabState, tmp
     assert list(drained(report)) == ["node02"]
 
 
+def test_a_hung_gpu_count_costs_only_the_nvml_checks(lab4: LabState, tmp_path: Path) -> None:
+    """NVML's device count hangs: the agent gives up on that call after its per-call limit and still reports,
+    well before the host limit, so the node is drained for its wedged driver, not reported as a hung host."""
+    report = tmp_path / "report"
+    limit = 120
+    lab("fault", FAULTY, "hang", "nvmlDeviceGetCount_v2", timeout=120)
+    try:
+        done, doc, _ = run_cluster(["--limit", f"node01,{FAULTY}", *QUICK, "--host-timeout", str(limit),
+                                    "--stages", "consistency"], report)
+    finally:
+        lab("fault", FAULTY, "scenario", "ecc-uncorrected", timeout=120)  # a new scenario drops the hang
+    assert done.returncode == 2, done.stdout + done.stderr
+    hung = doc["nodes"][FAULTY]
+    assert hung["kind"] == "report" and hung["status"] == "fail", hung
+    assert hung["wall_s"] < limit - 30, hung["wall_s"]
+    nvml = [r for r in hung["report"]["results"] if r["status"] == "fail" and "did not return" in r["reason"]]
+    assert nvml and all("nvmlDeviceGetCount" in r["reason"] for r in nvml), hung["report"]["results"]
+    assert doc["nodes"]["node01"]["status"] == "pass"
+    assert list(drained(report)) == [FAULTY]
+
+
 def test_a_hung_host_times_out_within_the_limit(lab4: LabState, tmp_path: Path) -> None:
-    """Two hosts, so the healthy one's agent (its TensorFlow probe on shared cores) ends well within the limit."""
+    """nvmlInit hangs and the agent's own limit (--timeout, which nvmlInit gets whole: bringing GPUs up can be
+    slow) is longer than the host limit, so only the cluster's limit can end it. Two hosts, so the healthy
+    one's agent (its TensorFlow probe on shared cores) ends well within the limit."""
     report = tmp_path / "report"
     limit = 60
-    lab("fault", FAULTY, "hang", timeout=120)
+    lab("fault", FAULTY, "hang", "nvmlInitWithFlags", timeout=120)  # what pynvml's nvmlInit calls
     try:
         began = time.monotonic()
         done, doc, wall = run_cluster(["--limit", f"node01,{FAULTY}", *QUICK, "--host-timeout", str(limit),
-                                       "--stages", "consistency,mpi"], report)
+                                       "--timeout", "600", "--stages", "consistency,mpi"], report)
     finally:
         lab("fault", FAULTY, "scenario", "ecc-uncorrected", timeout=120)  # a new scenario drops the hang
     lab4.timings["hung_host_s"] = round(wall, 1)
     assert done.returncode == 2, done.stdout + done.stderr
     hung = doc["nodes"][FAULTY]
-    assert hung["kind"] == "timeout" and f"timed out: no report within {limit} s" in hung["reason"]
+    assert hung["kind"] == "timeout" and f"timed out: no report within {limit} s" in hung["reason"], hung
     assert limit - 1 < hung["wall_s"] < limit + 15, hung["wall_s"]
     assert time.monotonic() - began < limit + 60
     assert doc["nodes"]["node01"]["status"] == "pass"

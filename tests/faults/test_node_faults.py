@@ -249,3 +249,19 @@ def test_a_gpu_on_which_two_calls_hang_fails_count_and_costs_only_its_later_fiel
         assert all(f"GPU{i}" not in checks[check]["reason"] for i in range(8) if i != 3)
     assert "power not read: not asked: nvmlDeviceGetTotalEccErrors, nvmlDeviceGetTemperature hung on GPU3 before" \
         in checks["gpu.power"]["reason"]
+
+
+def test_a_hung_gpu_count_is_an_error_within_the_call_limit_not_a_hung_agent(libdir, fake_bin, fabric_manager,
+                                                                             tmp_path):
+    """Without the count nothing about a GPU can be read: a wedged driver, so every NVML check fails (the node is
+    drained) naming the call, and the agent still reports (the cluster's lab test relies on this to tell a hung
+    GPU from a hung host)."""
+    case = Case("hang-count", ["hang = nvmlDeviceGetCount_v2"], {}, 2)
+    began = time.monotonic()
+    code, report, stderr = run_case(case, libdir, fake_bin, tmp_path)
+    assert time.monotonic() - began < 60 and "Traceback" not in stderr
+    assert code == 2
+    checks = by_check(report)
+    for check in ("gpu.count", "gpu.temperature", "gpu.ecc_errors"):
+        assert checks[check]["status"] == "fail", checks[check]
+        assert "NVML call nvmlDeviceGetCount did not return within 2 s" in checks[check]["reason"], checks[check]

@@ -46,6 +46,13 @@ class _Unread(Exception):
         self.record = record
 
 
+def _not_responding(call: str, exc: Exception) -> CollectError:
+    """NVML hung before any GPU could be read: a wedged driver or GPU is a finding about the node (fail, so
+    it is drained), not a probe that could not run."""
+    return CollectError(f"NVML call {call} {exc}: the GPU or driver is not responding",
+                        remediation="check `dmesg` for Xid errors; a GPU reset or reboot is likely needed")
+
+
 class _Collector:
     def __init__(self, timeout: float) -> None:
         import pynvml  # imported here: a missing package must be a result, not an import crash
@@ -122,18 +129,14 @@ class _Collector:
         try:
             self._call("nvmlInit", self.nv.nvmlInit, limit=self.timeout)
         except _Unread as exc:
-            raise CollectError(f"NVML call nvmlInit {exc}: the GPU or driver is not responding",
-                               remediation="check `dmesg` for Xid errors; a GPU reset or reboot is likely needed",
-                               harness=True) from None
+            raise _not_responding("nvmlInit", exc) from None
 
     def _required(self, call: str, fn: Any) -> Any:
         """A call without which nothing else can be read: its failure fails the collector."""
         try:
             return self._call(call, fn)
         except _Unread as exc:
-            raise CollectError(f"NVML call {call} {exc}: the GPU or driver is not responding",
-                               remediation="check `dmesg` for Xid errors; a GPU reset or reboot is likely needed",
-                               harness=True) from None
+            raise _not_responding(call, exc) from None
         except self.nv.NVMLError as exc:
             raise CollectError(f"NVML call {call} failed: {exc}") from None
 
