@@ -106,3 +106,19 @@ def test_every_script_keeps_its_options_and_defaults(name):
     assert vars(script.parse_args([])) == DEFAULTS[name]
     assert script.parse_args(["--timeout-s", "2.5"]).timeout_s == 2.5
     assert str(WORKLOADS) not in sys.path  # loading it took the folder off sys.path again
+
+
+def test_exit_now_keeps_the_status_and_output_and_skips_finalization():
+    """A C++ thread aborting at interpreter finalization (gloo) stands in as an atexit handler that exits
+    134: exit_now must end the process with the rank's own status before it runs, output flushed."""
+    script = ("import atexit, os, sys\n"
+              f"sys.path.insert(0, {str(WORKLOADS)!r})\n"
+              "import rank_io\n"
+              "atexit.register(lambda: os._exit(134))\n"
+              "print('result line', end='')\n"
+              "sys.stderr.write('log line')\n"
+              "rank_io.exit_now(0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "result line", "log line")
+    assert subprocess.run([sys.executable, "-c", script.replace("exit_now(0)", "exit_now(1)")],
+                          capture_output=True, timeout=60).returncode == 1

@@ -274,4 +274,4 @@ def bench_horovod(args, record):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rank_io.exit_now(main())

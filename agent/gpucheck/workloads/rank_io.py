@@ -26,6 +26,7 @@ no gpucheck import (it runs on the nodes, by a framework virtualenv's python).
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -130,6 +131,16 @@ def guarded(record, work, log, start, timeout_s=0.0):
             timer.cancel()
         emit(record)
     return 0 if record["ok"] else 1
+
+
+def exit_now(status):
+    """End the process with `status` once the result line is out, skipping interpreter finalization: gloo's
+    C++ threads can abort it ("terminate called without an active exception", pytorch/pytorch#179291)
+    after a rank did its job, and a run that passed must not exit 134."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: nothing left to save
+            stream.flush()
+    os._exit(status)
 
 
 def new_record(workload, **fields):

@@ -136,4 +136,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rank_io.exit_now(main())
