@@ -32,6 +32,10 @@ DEFAULT_SCENARIO = "dgx-h100"  # what checks/lab.yaml expects: simulated DGX H10
 # The NVML library path of Debian's and NVIDIA's driver packages on x86_64.
 NVML_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 FAKENVML_DIR = "/etc/fakenvml"
+# The host's simulated PCI bus (its scenario's GPUs), inside FAKENVML_DIR; the agent reads it through
+# GPUCHECK_SYSFS_ROOT, which the host's sshd sets for every session.
+FAKE_SYSFS_DIR = f"{FAKENVML_DIR}/sys"
+SYSFS_ENV = "GPUCHECK_SYSFS_ROOT"
 
 
 def host_name(index: int) -> str:

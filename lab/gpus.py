@@ -4,6 +4,11 @@ Each host sees, read-only, the library at the driver's path and its own scenario
 /etc/fakenvml (the library reads /etc/fakenvml/scenario). The directory lives outside the host's
 root, under /run/gpucheck-lab/hosts/<host>/fakenvml, so the lab can change a host's GPUs (a fault)
 without entering the host, and nothing of it leaks into a golden image.
+
+Beside the scenario, /etc/fakenvml/sys is the PCI bus of the scenario's machine (its GPUs' bus ids,
+lab.fakenvml.pci): the agent compares NVML with it (GPUCHECK_SYSFS_ROOT, set by the host's sshd), so
+a GPU the scenario hides from NVML is still on the bus, and the build machine's own PCI devices
+never are.
 """
 
 from __future__ import annotations
@@ -84,7 +89,10 @@ def install(name: str, dest_dir: Path) -> None:
     """Make dest_dir hold scenario `name` as `scenario`, with the files it includes beside it."""
     source = scenario_file(name)
     dest_dir.mkdir(parents=True, exist_ok=True)
+    bus = Path(config.FAKE_SYSFS_DIR).name  # replaced in one rename below: never missing for a reader
     for old in dest_dir.iterdir():
+        if old.name == bus:
+            continue
         if old.is_dir():
             shutil.rmtree(old)
         else:
@@ -92,6 +100,16 @@ def install(name: str, dest_dir: Path) -> None:
     tmp = dest_dir / ".scenario.tmp"
     _copy_with_includes(source, tmp, dest_dir, {source.resolve()})
     tmp.replace(dest_dir / "scenario")
+    write_pci_bus(dest_dir)
+
+
+def write_pci_bus(dest_dir: Path) -> Path:
+    """dest_dir/sys: the PCI bus of the machine in dest_dir/scenario (what GPUCHECK_SYSFS_ROOT names)."""
+    pci = _fakenvml().pci
+    try:
+        return pci.write_pci_tree_for(dest_dir / "scenario", dest_dir / Path(config.FAKE_SYSFS_DIR).name)
+    except pci.ScenarioError as exc:
+        raise LabError(f"cannot build the simulated PCI bus: {exc}") from exc
 
 
 def add_hang(dest_dir: Path, call: str = HANG_CALL) -> None:

@@ -46,6 +46,8 @@ UseDNS no
 PrintMotd no
 PidFile /run/sshd.pid
 AcceptEnv LANG LC_*
+# The agent compares NVML with this host's simulated PCI bus, not the build machine's (lab/gpus.py).
+SetEnv {config.SYSFS_ENV}={config.FAKE_SYSFS_DIR}
 MaxStartups 100:30:200
 MaxSessions 100
 Subsystem sftp /usr/lib/openssh/sftp-server

@@ -15,6 +15,7 @@ from . import config, netbench, profiles
 from .cli_types import Parser, fail, port, seconds
 from .files import write_atomically
 from .model import EXIT_OK, EXIT_UNKNOWN
+from .node.kernel_log import XID_LOOKBACK_S
 
 MAX_PARSE_INPUT_B = 64 * 1024 * 1024  # `gpucheck parse` reads at most this: no tool log is larger
 
@@ -63,6 +64,18 @@ def add_parsers(sub: Any) -> None:
                       help="limit for each probe: NVML, tools, framework imports (default: 60)")
     node.add_argument("--bench-timeout", type=seconds, default=600.0, metavar="SECONDS",
                       help="limit for each benchmark under --full (default: 600)")
+    node.add_argument("--deadline", type=seconds, metavar="SECONDS",
+                      help="limit for the whole run: what is not collected by then is `error` (\"not run: the "
+                           "run's deadline passed\"), the report is made of the rest and written, exit 3 (2 if "
+                           "something failed) (default: 4 x --timeout, at least 60, plus 4 x --bench-timeout "
+                           "with --full)")
+    xid_window = node.add_mutually_exclusive_group()
+    xid_window.add_argument("--xid-lookback", type=seconds, metavar="SECONDS",
+                            help="judge the Xids logged in the last SECONDS, or since the last clean run of this "
+                                 f"boot if that is later; older ones are shown, not judged (default: "
+                                 f"{XID_LOOKBACK_S:g} = 24 h)")
+    xid_window.add_argument("--xid-since", choices=["boot"],
+                            help="boot: judge every Xid since boot (no look-back, no last clean run)")
     node.add_argument("--config", metavar="FILE", help=f"site configuration (default: {config.DEFAULT_PATH})")
 
     parse = sub.add_parser("parse", help="parse a tool's output into JSON",
@@ -93,15 +106,34 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    """SIGTERM (coreutils `timeout`, a scheduler), SIGHUP or SIGINT end the run at once, with every probe it
+    started, and exit 3: the run could not finish (exit codes are 0-3 whatever happens; `timeout` itself
+    exits 124 for a run it stopped)."""
+    from .process import Stopped, children_end_with_command
+
+    try:
+        with children_end_with_command():
+            return node_report(args)
+    except Stopped as exc:
+        print(f"gpucheck: {exc}: the run and the probes it started were ended", file=sys.stderr)
+        return EXIT_UNKNOWN
+
+
+def node_report(args: argparse.Namespace) -> int:
+    from .node.kernel_log import remember_clean_run
     from .node.pipeline import Options, UsageError, run_node
     from .report import render
 
     try:
         site = config.load(args.config)
-        report = run_node(Options(args.profile, args.only, args.skip, args.full, args.timeout, args.bench_timeout),
+        report = run_node(Options(profile=args.profile, only=args.only, skip=args.skip, full=args.full,
+                                  timeout=args.timeout, bench_timeout=args.bench_timeout, deadline=args.deadline,
+                                  xid_lookback_s=args.xid_lookback, xid_since_boot=args.xid_since == "boot"),
                           site)
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))
+    if note := remember_clean_run(report.results):  # the next run's Xid window starts where this one read to
+        print(f"gpucheck: note: {note}", file=sys.stderr)
     text = render(report, args.format)
     if args.output is not None:
         path = Path(args.output)

@@ -1,16 +1,23 @@
-"""The node's site configuration, /etc/gpucheck/node.yaml, written by the gpucheck_agent role.
+"""The node's site configuration, /etc/gpucheck/node.yaml, written by the gpucheck_agent role, and the
+guarded YAML reader it shares with the profiles.
 
-    profile: auto                  # or a profile name or path
+    profile: dgx-h100              # what this node is supposed to be (the inventory's gpucheck_profile), or auto
     profiles_dir: /etc/gpucheck/checks
-    stacks:                        # one entry per framework virtualenv
-      tf-horovod: {python: /opt/stacks/tf-horovod/bin/python, frameworks: [tensorflow, horovod]}
+    pins: {driver: "535.261.03", cuda: "12.2", cudnn: "8.9.7.29", nccl: "2.18.5"}  # what site.yml installed
+    stacks:                        # one entry per framework virtualenv, with its frameworks' pins
+      tf-horovod: {python: /opt/stacks/tf-horovod/bin/python, frameworks: [tensorflow, horovod],
+                   pins: {tensorflow: "2.15.1", horovod: "0.28.1"}}
+
+A pin is an exact version or a glob ("535.*"); an empty or absent one pins nothing. node/pins.py enforces them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -18,10 +25,20 @@ DEFAULT_PATH = Path("/etc/gpucheck/node.yaml")
 # The frameworks a stack can hold, as node.yaml, the node's facts and `gpucheck cluster` name them.
 TENSORFLOW, HOROVOD, TORCH = "tensorflow", "horovod", "torch"
 KNOWN_FRAMEWORKS = (TENSORFLOW, HOROVOD, TORCH)
+# node.yaml's `pins:`: the system layer site.yml installs from the inventory's gpu_stack.
+SYSTEM_PINS = ("driver", "cuda", "cudnn", "nccl")
+PIN_PATTERN = re.compile(r"^[0-9][0-9A-Za-z.+_*?-]*$")  # 535.261.03, 12.2, 2.5.1+cpu, 535.*
+
+MAX_CONFIG_BYTES = 1 << 20
+MAX_YAML_NODES = 10_000  # with every alias expanded; a profile has a few hundred, node.yaml a few dozen
 
 
 class ConfigError(Exception):
     """node.yaml is unreadable or malformed. str(e) is a one-line reason."""
+
+
+class UnsafeYAML(Exception):
+    """A YAML document refused before construction. str(e) is a one-line reason naming the document."""
 
 
 @dataclass
@@ -29,6 +46,7 @@ class Stack:
     name: str
     python: str
     frameworks: list[str]
+    pins: dict[str, str] = field(default_factory=dict)  # framework -> version or glob
 
 
 @dataclass
@@ -37,6 +55,48 @@ class NodeConfig:
     profile: str = "auto"
     profiles_dir: str | None = None
     stacks: list[Stack] = field(default_factory=list)
+    pins: dict[str, str] = field(default_factory=dict)  # SYSTEM_PINS name -> version or glob
+
+
+def parse_yaml(text: str, label: str) -> Any:
+    """yaml.safe_load, refusing before construction a document that its aliases make huge ("billion
+    laughs": nine aliases of nine aliases of ...) or make contain itself, or that is nested too deeply
+    (UnsafeYAML, naming `label`). Syntax errors are yaml.YAMLError, as from yaml.safe_load."""
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise UnsafeYAML(f"{label} is nested too deeply") from None
+        if node is None:
+            return None
+        check_size(node, label)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def check_size(root: yaml.Node, label: str) -> None:
+    """Count the nodes with every alias expanded, without expanding any (each node's count once)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else (
+            node.value if isinstance(node, yaml.SequenceNode) else [])
+        if children_done:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+            if sizes[id(node)] > MAX_YAML_NODES:
+                raise UnsafeYAML(f"{label} expands to more than {MAX_YAML_NODES} YAML nodes "
+                                 "(anchors and aliases used over and over)")
+        elif id(node) in open_nodes:
+            raise UnsafeYAML(f"{label} has an alias inside the anchor it refers to")
+        elif id(node) not in sizes:
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
 
 
 def load(path: str | os.PathLike | None = None) -> NodeConfig:
@@ -48,24 +108,35 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
         if explicit:
             raise ConfigError(f"config file {target} does not exist")
         return NodeConfig()
-    try:
-        data = yaml.safe_load(target.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read {target}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{target} is not UTF-8 text") from None
-    except yaml.YAMLError:
-        raise ConfigError(f"{target} is not valid YAML") from None
+    data = read(target)
     if not isinstance(data, dict):
         raise ConfigError(f"{target} must be a YAML mapping")
-    unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks"}
+    unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks", "pins"}
     if unknown:
         raise ConfigError(f"{target}: unknown key(s) {', '.join(sorted(unknown))}")
     for key in ("profile", "profiles_dir"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{target}: '{key}' must be a string, not {shape(data[key])}")
     return NodeConfig(target, data.get("profile") or "auto", data.get("profiles_dir"),
-                      read_stacks(target, data.get("stacks")))
+                      read_stacks(target, data.get("stacks")), read_pins(target, "pins", data.get("pins"), SYSTEM_PINS))
+
+
+def read(target: Path) -> Any:
+    try:
+        with target.open("rb") as source:
+            raw = source.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {target}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{target} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+    try:
+        return parse_yaml(raw.decode("utf-8"), str(target)) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{target} is not UTF-8 text") from None
+    except UnsafeYAML as exc:
+        raise ConfigError(str(exc)) from None
+    except yaml.YAMLError:
+        raise ConfigError(f"{target} is not valid YAML") from None
 
 
 def read_stacks(target: Path, entries: object) -> list[Stack]:
@@ -78,7 +149,7 @@ def read_stacks(target: Path, entries: object) -> list[Stack]:
     for name, spec in entries.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("python"), str):
             raise ConfigError(f"{target}: stack '{name}' needs a 'python' path")
-        unknown = set(map(str, spec)) - {"python", "frameworks"}
+        unknown = set(map(str, spec)) - {"python", "frameworks", "pins"}
         if unknown:
             raise ConfigError(f"{target}: stack '{name}' has unknown key(s) {', '.join(sorted(unknown))}")
         frameworks = spec.get("frameworks") or []
@@ -89,8 +160,34 @@ def read_stacks(target: Path, entries: object) -> list[Stack]:
         if bad:
             raise ConfigError(f"{target}: stack '{name}' has unknown framework(s) {', '.join(map(str, bad))}"
                               f" (known: {', '.join(KNOWN_FRAMEWORKS)})")
-        found.append(Stack(str(name), spec["python"], list(frameworks)))
+        pins = read_pins(target, f"stacks.{name}.pins", spec.get("pins"), tuple(frameworks))
+        found.append(Stack(str(name), spec["python"], list(frameworks), pins))
     return found
+
+
+def read_pins(target: Path, key: str, entries: object, allowed: tuple[str, ...]) -> dict[str, str]:
+    """{component: version or glob}; the components `allowed` (for a stack: its frameworks); empty = unpinned."""
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{target}: '{key}' must be a mapping of component to version, like "
+                          f'{{{allowed[0] if allowed else "driver"}: "1.2.3"}}, not {shape(entries)}')
+    pins = {}
+    for name, value in entries.items():
+        if name not in allowed:
+            among = (f"among that stack's frameworks ({', '.join(allowed) or 'none'})" if key.startswith("stacks.")
+                     else f"one of {', '.join(allowed)}")
+            raise ConfigError(f"{target}: '{key}' names {shown(name)}, which is not {among}")
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise ConfigError(f"{target}: '{key}.{name}' must be a quoted version like \"12.2\", not "
+                              f"{shape(value)} (YAML reads 12.10 as the number 12.1)")
+        if not PIN_PATTERN.match(value):
+            raise ConfigError(f"{target}: '{key}.{name}' is {shown(value)}: a pin is a version like 535.261.03 "
+                              "or a glob like 535.*")
+        pins[name] = value
+    return pins
 
 
 def shape(value: object) -> str:
@@ -98,3 +195,9 @@ def shape(value: object) -> str:
     kinds = {dict: "a mapping", list: "a list", str: "a string", bool: "true/false", int: "a number",
              float: "a number"}
     return next((word for kind, word in kinds.items() if isinstance(value, kind)), type(value).__name__)
+
+
+def shown(value: object) -> str:
+    """A value as a message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -2,21 +2,29 @@
 
 Tools such as mpirun, all_reduce_perf or ib_write_bw fork children; killing only the direct child
 would leave them holding GPUs and ports, so each command gets its own session and the group is killed.
+Being in its own session, a child does not get the signals sent to the agent's group (coreutils
+`timeout`, Ctrl-C): every child still running is kept here, and `children_end_with_command` kills
+their groups when the command ends, however it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_live: dict[int, subprocess.Popen] = {}  # the children started and not yet waited for, by pid (= group id)
+_live_lock = threading.Lock()
+_ending = [False]  # set once the command ends: a thread it left behind starts no new child
 
 
 @dataclass
@@ -62,18 +70,9 @@ def run(
     argv = [str(a) for a in argv]
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        proc = _spawn(argv, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL, env=env,
+                      cwd=cwd)
+    except (FileNotFoundError, PermissionError, NotADirectoryError, Ending) as exc:
         return Completed(argv, None, "", str(exc), time.monotonic() - start, not_found=True)
     try:
         out, err = proc.communicate(input=input_text, timeout=timeout)
@@ -85,6 +84,79 @@ def run(
         except subprocess.TimeoutExpired:  # output pipes held by an unkillable grandchild
             out, err = "", ""
         return Completed(argv, None, out or "", err or "", time.monotonic() - start, timed_out=True)
+    finally:
+        _forget(proc)
+
+
+class Ending(OSError):
+    """The command is ending: no new child is started (a thread it abandoned may still try)."""
+
+
+def _spawn(argv: list[str], **options: Any) -> subprocess.Popen:
+    """Popen in a new session, kept in `_live` until `_forget`. Started and kept under one lock, so that
+    `end_children` either sees the child or the child is never started."""
+    with _live_lock:
+        if _ending[0]:
+            raise Ending(f"not started: {os.path.basename(argv[0])}: the command is ending")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True, **options)
+        _live[proc.pid] = proc
+    return proc
+
+
+def _forget(proc: subprocess.Popen) -> None:
+    with _live_lock:
+        _live.pop(proc.pid, None)
+
+
+def end_children() -> int:
+    """Kill the group of every child still running, start no new one; how many there were."""
+    with _live_lock:
+        _ending[0] = True
+        live = list(_live.values())
+        _live.clear()
+    for proc in live:
+        kill_group(proc)
+    ends = time.monotonic() + 1  # reaped here, so that none lingers as a zombie of an agent about to exit; a
+    for proc in live:  # child stuck in the kernel cannot die yet: not waited for beyond a second in all
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(ends - time.monotonic(), 0.01))
+    return len(live)
+
+
+class Stopped(KeyboardInterrupt):
+    """The agent was asked to stop (SIGTERM from `timeout` or a scheduler, SIGHUP, SIGINT)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def children_end_with_command() -> Iterator[None]:
+    """For the length of one command: SIGTERM, SIGHUP and SIGINT raise Stopped in the main thread (a second
+    one is ignored while the command ends), and on the way out, however the command ends, every child
+    still running is killed with its whole group and no new one is started."""
+    previous: dict[int, Any] = {}
+
+    def stop(signum: int, frame: Any) -> None:
+        ignore()
+        raise Stopped(signum)
+
+    def ignore() -> None:
+        for number in previous:
+            signal.signal(number, signal.SIG_IGN)
+
+    _ending[0] = False
+    if threading.current_thread() is threading.main_thread():
+        previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        ignore()  # nothing interrupts the ending of the children
+        end_children()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -121,11 +193,8 @@ def call_with_timeout(fn: Callable[..., T], timeout: float, *args: Any) -> T:
 def start(argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen | None:
     """Start a background helper (e.g. a benchmark server) in its own process group; None if missing."""
     try:
-        return subprocess.Popen(
-            [str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, errors="replace", env=env, start_new_session=True,
-        )
-    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        return _spawn([str(a) for a in argv], stdin=subprocess.DEVNULL, env=env)
+    except (FileNotFoundError, PermissionError, NotADirectoryError, Ending):
         return None
 
 
@@ -139,3 +208,5 @@ def finish(proc: subprocess.Popen, timeout: float) -> Completed:
         kill_group(proc)
         out, err = proc.communicate()
         return Completed(list(proc.args), None, out or "", err or "", time.monotonic() - start_time, timed_out=True)
+    finally:
+        _forget(proc)

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .config import KNOWN_FRAMEWORKS
+from .config import KNOWN_FRAMEWORKS, UnsafeYAML, parse_yaml
 
 DEFAULT_PROFILE = "generic"
 
@@ -113,7 +113,6 @@ RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
 }
 
 MAX_PROFILE_BYTES = 1 << 20
-MAX_YAML_NODES = 10_000  # with every alias expanded; a profile has a few hundred
 MAX_INHERITS = 32  # profiles in one `inherits:` chain
 
 
@@ -150,12 +149,17 @@ def search_dirs(extra: str | os.PathLike | None = None) -> list[Path]:
     return dirs
 
 
+SKU_TABLE_FILE = "gpus.yaml"  # the GPU SKU table beside the profiles (skus.py), not a profile
+
+
 def available(extra_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Profile name -> file, first search directory first; the SKU table is not a profile."""
     found: dict[str, Path] = {}
     for directory in search_dirs(extra_dir):
         if directory.is_dir():
             for path in sorted(directory.glob("*.yaml")):
-                found.setdefault(path.stem, path)
+                if path.name != SKU_TABLE_FILE:
+                    found.setdefault(path.stem, path)
     return found
 
 
@@ -173,7 +177,9 @@ def _read(path: Path) -> dict[str, Any]:
         raise ProfileError(f"profile {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                            f"{exc.start})") from None
     try:
-        data = _parse_yaml(text, path)
+        data = parse_yaml(text, f"profile {path}")  # aliases that expand without end are refused first
+    except UnsafeYAML as exc:
+        raise ProfileError(str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -181,46 +187,6 @@ def _read(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path} must be a YAML mapping")
     return data
-
-
-def _parse_yaml(text: str, path: Path) -> Any:
-    """yaml.safe_load, refusing before construction a document that its aliases make huge ("billion
-    laughs": nine aliases of nine aliases of ...) or make contain itself."""
-    loader = yaml.SafeLoader(text)
-    try:
-        try:
-            node = loader.get_single_node()
-        except RecursionError:
-            raise ProfileError(f"profile {path} is nested too deeply") from None
-        if node is None:
-            return None
-        _check_size(node, path)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _check_size(root: yaml.Node, path: Path) -> None:
-    """Count the nodes with every alias expanded, without expanding any (each node's count once)."""
-    sizes: dict[int, int] = {}
-    open_nodes: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, children_done = stack.pop()
-        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else (
-            node.value if isinstance(node, yaml.SequenceNode) else [])
-        if children_done:
-            open_nodes.discard(id(node))
-            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
-            if sizes[id(node)] > MAX_YAML_NODES:
-                raise ProfileError(f"profile {path} expands to more than {MAX_YAML_NODES} YAML nodes "
-                                   "(anchors and aliases used over and over)")
-        elif id(node) in open_nodes:
-            raise ProfileError(f"profile {path} has an alias inside the anchor it refers to")
-        elif id(node) not in sizes:
-            open_nodes.add(id(node))
-            stack.append((node, True))
-            stack.extend((child, False) for child in children if id(child) not in sizes)
 
 
 def validate(data: dict[str, Any], origin: str) -> None:

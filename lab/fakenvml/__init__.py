@@ -7,7 +7,8 @@ the compiler checks every signature and struct the fake implements.  Typical use
     env = env_for(scenario_path("dgx-h100"), libdir, trace=tmp / "trace")
     subprocess.run([sys.executable, "-c", "import pynvml; pynvml.nvmlInit()"], env=env, timeout=30)
 
-Scenario format: ``lab/scenarios/README.md``.
+Scenario format: ``lab/scenarios/README.md``. The PCI bus the agent compares NVML with: ``pci.py``
+(``write_pci_tree``, ``write_pci_tree_for``), re-exported here.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable
 from pathlib import Path
+
+from .pci import scenario_pci_gpus, write_pci_tree, write_pci_tree_for
 
 __all__ = [
     "HEADER_SHA256",
@@ -32,7 +34,9 @@ __all__ = [
     "env_for",
     "find_header",
     "scenario_path",
+    "scenario_pci_gpus",
     "write_pci_tree",
+    "write_pci_tree_for",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -80,29 +84,6 @@ def env_for(scenario: Path, libdir: Path, trace: Path | None = None) -> dict[str
     else:
         env["FAKENVML_TRACE"] = str(trace)
     return env
-
-
-def write_pci_tree(root: Path, gpus: Iterable[str], extra: Iterable[tuple[str, str, str]] = (),
-                   device: str = "0x2330", gpu_class: str = "0x030200", driver: str | None = "nvidia") -> Path:
-    """A fake sysfs tree for the agent (``GPUCHECK_SYSFS_ROOT=root``): ``bus/pci/devices/<address>/``
-    with ``vendor``, ``device`` and ``class`` files and a ``driver`` link, one per GPU bus id (NVML's
-    ``00000000:18:00.0`` or sysfs's ``0000:18:00.0``; default an H100 SXM5, a 3D controller bound to
-    ``nvidia``), plus ``extra`` devices given as (address, vendor, class), e.g. an NVSwitch
-    ``("0000:05:00.0", "0x10de", "0x068000")``. Returns ``root``."""
-    devices = root / "bus" / "pci" / "devices"
-    devices.mkdir(parents=True, exist_ok=True)
-    entries = [(bus, "0x10de", gpu_class, device, driver) for bus in gpus]
-    entries += [(bus, vendor, pci_class, "0x0000", None) for bus, vendor, pci_class in extra]
-    for bus, vendor, pci_class, dev_id, drv in entries:
-        domain, _, rest = bus.lower().partition(":")
-        node = devices / f"{int(domain, 16):04x}:{rest}"
-        node.mkdir(exist_ok=True)
-        for name, value in (("vendor", vendor), ("device", dev_id), ("class", pci_class)):
-            (node / name).write_text(value + "\n")
-        if drv:
-            (root / "bus" / "pci" / "drivers" / drv).mkdir(parents=True, exist_ok=True)
-            (node / "driver").symlink_to(f"../../drivers/{drv}")
-    return root
 
 
 def _sha256(path: Path) -> str:

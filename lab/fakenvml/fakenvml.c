@@ -117,7 +117,7 @@ static const struct { const char *name; enum ftype type; } k_fields[F_COUNT] = {
     [F_FAB_HEALTH] = {"fabric_health_mask", T_U32},
 };
 
-enum sysfield { S_DRIVER, S_NVML, S_CUDA, S_GPU_COUNT, S_INIT_ERROR, S_COUNT };
+enum sysfield { S_DRIVER, S_NVML, S_CUDA, S_GPU_COUNT, S_INIT_ERROR, S_PCI_GPU_COUNT, S_COUNT };
 
 static const struct { const char *name; enum ftype type; } k_sysfields[S_COUNT] = {
     [S_DRIVER] = {"driver_version", T_STR},
@@ -125,6 +125,9 @@ static const struct { const char *name; enum ftype type; } k_sysfields[S_COUNT] 
     [S_CUDA] = {"cuda_driver_version", T_INT},
     [S_GPU_COUNT] = {"gpu_count", T_U32},
     [S_INIT_ERROR] = {"init_error", T_RETCODE},
+    /* Not an NVML answer: how many GPUs the machine has on its PCI bus (GPUs 0..N-1's bus ids), for
+     * the lab and the tests that build a fake sysfs tree from the scenario. Default: gpu_count. */
+    [S_PCI_GPU_COUNT] = {"pci_gpu_count", T_U32},
 };
 
 /* Functions a `hang` / `fail` rule may name; per_gpu: the rule may say @gpuN. */
@@ -765,6 +768,15 @@ static int scenario_check(const char *path)
     if (parse_u32(g_scn.sys[S_GPU_COUNT].s, &g_scn.gpu_count) != 0 || g_scn.gpu_count > FAKE_MAX_GPUS) {
         fprintf(stderr, "fakenvml: %s: 'gpu_count' must be 0..%d\n", path, FAKE_MAX_GPUS);
         return -1;
+    }
+    if (g_scn.sys[S_PCI_GPU_COUNT].state == VAL_SET) {
+        unsigned int on_bus = 0;
+        if (parse_u32(g_scn.sys[S_PCI_GPU_COUNT].s, &on_bus) != 0 || on_bus > FAKE_MAX_GPUS ||
+            on_bus < g_scn.gpu_count) {
+            fprintf(stderr, "fakenvml: %s: 'pci_gpu_count' must be gpu_count (%u)..%d\n", path, g_scn.gpu_count,
+                    FAKE_MAX_GPUS);
+            return -1;
+        }
     }
     for (i = 0; i < FAKE_MAX_GPUS; i++) {
         if (g_scn.lost[i] && i >= g_scn.gpu_count) {

@@ -42,7 +42,8 @@ def test_prod_site_has_an_admin_node_and_26_gpu_nodes(ansible_repo) -> None:
 def test_stacks_are_complete_and_selected(ansible_repo, site) -> None:
     versions = load(ansible_repo, "inventory", site, "group_vars", "all", "versions.yml")
     catalog = versions["gpu_stack_catalog"]
-    assert set(catalog) == {"tf-horovod", "torch"}
+    # prod also offers the tf-horovod stack on the R550 driver, for H200 nodes (hgx-h200 needs R550)
+    assert set(catalog) == {"tf-horovod", "torch"} | ({"tf-horovod-r550"} if site == "prod" else set())
     assert versions["gpu_stack"] == "tf-horovod"
     assert set(versions["gpu_stacks"]) <= set(catalog)
     for name, stack in catalog.items():

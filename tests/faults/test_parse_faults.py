@@ -134,7 +134,10 @@ def xid_result(tmp_path: Path, dmesg: bytes, journalctl: bytes = b"", journalctl
     config = tmp_path / "node.yaml"
     config.write_text("profile: generic\n")
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}", "GPUCHECK_CONFIG": str(config)}
-    done = run_gpucheck(["node", "--only", "gpu.xid", "--format", "json"], env, timeout=LIMIT_S)
+    # since boot: the fixtures' stamps (1843 s, 14328 s) would fall before the 24 h look-back on a machine up
+    # longer than a day
+    done = run_gpucheck(["node", "--only", "gpu.xid", "--xid-since", "boot", "--format", "json"], env,
+                        timeout=LIMIT_S)
     assert "Traceback" not in done.stderr, done.stderr
     (result,) = [r for r in report_of(done)["results"] if r["check"] == "gpu.xid"]
     return result
@@ -156,7 +159,7 @@ def test_a_kernel_log_that_cannot_be_read_is_an_error_with_the_evidence(tmp_path
         "lines (dmesg, journalctl, syslog or kmsg); journalctl: output not readable as a kernel log: not xid "
         "input: no kernel log lines (dmesg, journalctl, syslog or kmsg)")
     assert "$ dmesg\n\\x1b]0;title\\x07this is not a kernel log\nnor this" in result["evidence"]
-    assert "$ journalctl -k -b --no-pager -q\n-- journal corrupted --" in result["evidence"]
+    assert "$ journalctl -k -b --no-pager -q -o short-monotonic\n-- journal corrupted --" in result["evidence"]
 
 
 def test_journalctl_is_read_when_dmesg_output_cannot_be(tmp_path: Path) -> None:

@@ -101,12 +101,12 @@ def test_proxy_rejects_origin_form_requests(local_proxy: int) -> None:
 def test_scenario_is_copied_with_its_includes_and_hang_appends_a_rule(tmp_path: Path) -> None:
     dest = tmp_path / "fakenvml"
     gpus.install("lab", dest)
-    assert sorted(p.name for p in dest.iterdir()) == ["dgx-h100.scn", "scenario"]
+    assert sorted(p.name for p in dest.iterdir()) == ["dgx-h100.scn", "scenario", "sys"]  # sys: its PCI bus
     assert "include = dgx-h100.scn" in (dest / "scenario").read_text()
     gpus.add_hang(dest)
     assert (dest / "scenario").read_text().rstrip().endswith(f"hang = {gpus.HANG_CALL}")
     gpus.install("t4", dest)  # replacing drops the old files and the hang
-    assert sorted(p.name for p in dest.iterdir()) == ["scenario"]
+    assert sorted(p.name for p in dest.iterdir()) == ["scenario", "sys"]
     assert "hang" not in (dest / "scenario").read_text()
 
 

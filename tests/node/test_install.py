@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpucheck import __version__
+from gpucheck.profiles import SKU_TABLE_FILE
 from support import ROOT, run_gpucheck
 
 # What .gitignore keeps out of a clone (plus the repository itself): a copy without them is what CI builds from.
@@ -31,8 +32,9 @@ PROFILE_LINE = re.compile(r"^\s*(\S+)\s.*\[(.+)\]\s*$")  # `gpucheck profiles`: 
 
 
 def repository_profiles() -> dict[str, bytes]:
+    """checks/*.yaml: the profiles and the GPU SKU table (SKU_TABLE_FILE), all of them shipped in the wheel."""
     profiles = {p.name: p.read_bytes() for p in sorted((ROOT / "checks").glob("*.yaml"))}
-    assert len(profiles) >= 8, f"checks/ holds only {sorted(profiles)}"
+    assert len(profiles) >= 8 and SKU_TABLE_FILE in profiles, f"checks/ holds only {sorted(profiles)}"
     return profiles
 
 
@@ -102,12 +104,20 @@ def test_pip_install_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     assert listing.returncode == 0, listing.stdout + listing.stderr
     listed = {m[1]: Path(m[2]) for m in map(PROFILE_LINE.match, listing.stdout.splitlines()) if m}
     for name, data in repository_profiles().items():
+        if name == SKU_TABLE_FILE:
+            continue  # not a profile: found below
         profile = name.removesuffix(".yaml")
         assert profile in listed, f"{profile} not listed by the installed gpucheck:\n{listing.stdout}"
         path = listed[profile].resolve()
         shadow = f" ({SYSTEM_PROFILES} exists on this machine and shadows it)" if SYSTEM_PROFILES.is_dir() else ""
         assert path == package / "checks" / name, f"{profile} found at {path}, not in the installed package{shadow}"
         assert path.read_bytes() == data, f"installed {path} differs from checks/{name}"
+
+    assert "gpus" not in listed, listing.stdout
+    table = run([python, "-c", "from gpucheck import skus; print(skus.load().path)"], env=env, cwd=away, timeout=60)
+    assert table.returncode == 0, table.stdout + table.stderr
+    shadow = f" ({SYSTEM_PROFILES} exists on this machine)" if (SYSTEM_PROFILES / SKU_TABLE_FILE).is_file() else ""
+    assert Path(table.stdout.strip()).resolve() == package / "checks" / SKU_TABLE_FILE, table.stdout + shadow
 
     checks = run([gpucheck, "checks"], env=env, cwd=away, timeout=60)
     assert checks.returncode == 0, checks.stdout + checks.stderr

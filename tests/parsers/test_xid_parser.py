@@ -25,7 +25,7 @@ def test_single_xid63_line_without_timestamp() -> None:
     assert r["events"] == [{
         "xid": 63, "pci": "0000:10:1c", "pid": 1896, "process": None,
         "message": "pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.",
-        "severity": "warn", "timestamp": None,
+        "severity": "warn", "timestamp": None, "uptime_s": None,
     }]
     assert r["counts"] == {"63": 1} and r["fallen_off_bus"] == []
 
@@ -116,9 +116,47 @@ def test_timestamps_as_written(line: str, timestamp: str) -> None:
     assert (event["xid"], event["pci"], event["timestamp"]) == (48, "0000:3b:00", timestamp)
 
 
+@pytest.mark.parametrize(("line", "uptime"), [
+    ("[ 1843.308145] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", 1843.308145),
+    ("[    0.500000] gpu17 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", 0.5),
+    ("6,10423,3392810457,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", 3392.810457),
+    ("node03: [ 1843.3] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", 1843.3),
+    ("May 18 19:02:39 gpu17 kernel: [  77.25] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", 77.25),
+    ("[Sat May 18 19:02:39 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", None),
+    ("May 18 19:02:39 gpu17 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", None),
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", None),
+    (f"[{'9' * 13}.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", None),
+    (f"6,1,{'9' * 19},-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", None),
+], ids=["dmesg", "journalctl-short-monotonic", "kmsg-microseconds", "pdsh-dmesg", "syslog-with-kernel-stamp",
+        "dmesg-T-wall-clock", "syslog-wall-clock", "no-stamp", "too-many-digits", "kmsg-too-many-digits"])
+def test_each_event_carries_its_time_since_boot(line: str, uptime: float | None) -> None:
+    """The Xid window compares these with /proc/uptime: only a stamp counted from boot is one; a wall clock
+    (dmesg -T, syslog) is not, and a number too long to be a stamp is none (never infinity)."""
+    r = xid(line + "\n")
+    (event,) = r["events"]
+    assert event["uptime_s"] == uptime
+    assert r["fallen_reports"] == [{"pci": "0000:3b:00", "timestamp": event["timestamp"], "uptime_s": uptime}]
+    assert r["last_uptime_s"] == uptime
+
+
+def test_the_log_reaches_its_last_stamp_and_fallen_reports_keep_theirs() -> None:
+    r = xid(real("xid/fallen-off-bus-multiline-NO-xid-open-module-570-nvsentinel155.txt"))
+    assert r["fallen_reports"] == [{"pci": "0000:b3:00", "timestamp": "1843.308145", "uptime_s": 1843.308145}]
+    assert r["last_uptime_s"] == 1843.439669  # the probe failure after it, though no Xid: read up to there
+    storm = xid(real(STORM))
+    assert [e["uptime_s"] for e in storm["events"]][:3] == [14328.198504, 14370.687545, 14370.688139]
+    assert storm["last_uptime_s"] == 14397.322674
+    # a message that quotes a stamp-like text is not the line's stamp
+    quoted = xid("[  10.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=app, dump [ 99999.0]\n")
+    assert quoted["events"][0]["uptime_s"] == 10.0 and quoted["last_uptime_s"] == 10.0
+    assert xid(real("xid/gb200-xid149-xid145-xid144-nvlink-kmsg-no-timestamp-gpud1174-1160.txt"))[
+        "last_uptime_s"] is None
+
+
 def test_healthy_kernel_log_has_no_events() -> None:
     r = xid("[    0.000000] Linux version 6.1.0-18-amd64\n[    3.2] nvidia: loading out-of-tree module\n")
-    assert r == {"events": [], "counts": {}, "fallen_off_bus": [], "worst_severity": None, "stray_bytes": 0}
+    assert r == {"events": [], "counts": {}, "fallen_off_bus": [], "fallen_reports": [], "last_uptime_s": 3.2,
+                 "worst_severity": None, "stray_bytes": 0}
 
 
 def test_log_cut_mid_line_keeps_the_complete_events() -> None:

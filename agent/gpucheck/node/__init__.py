@@ -13,6 +13,9 @@ from typing import Any
 from ..config import NodeConfig
 from ..model import Result
 from ..profiles import Profile
+from .stacks import Interpreters
+
+CALL_LIMIT_MAX_S = 10.0  # one call that should answer at once (a sysfs read, statvfs, psutil): at most this
 
 
 class CollectError(Exception):
@@ -37,6 +40,14 @@ class Context:
     config: NodeConfig = field(default_factory=NodeConfig)
     profile: Profile | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # collector name -> facts
+    xid_lookback_s: float | None = None  # --xid-lookback; None: kernel_log.XID_LOOKBACK_S (24 h)
+    xid_since_boot: bool = False  # --xid-since boot: every Xid of this boot, no look-back, no last clean run
+    interpreters: Interpreters = field(default_factory=Interpreters)  # the stacks' pythons, as this run found them
+
+    @property
+    def call_limit(self) -> float:
+        """The limit for one call that answers at once when all is well: min(--timeout, 10 s)."""
+        return min(self.timeout, CALL_LIMIT_MAX_S)
 
 
 Evaluate = Callable[[dict[str, Any], Profile], Result]

@@ -17,7 +17,7 @@ from . import CollectError, Context
 from .known_libraries import lib_name_regex
 from .library_probe import probe_version
 from .library_search import SYSTEM_ORIGINS, consumers, pick
-from .stacks import CONFIG_HINT, HOROVOD, TENSORFLOW, stack_site_packages
+from .stacks import CONFIG_HINT, HOROVOD, TENSORFLOW
 
 # (framework, extension library under site-packages); Horovod's are named mpi_lib even without MPI.
 EXTENSIONS: list[tuple[str, str]] = [
@@ -76,7 +76,7 @@ def collect(ctx: Context) -> dict[str, Any]:
         raise CollectError("ldd not found on PATH", "install libc-bin (it provides ldd)", harness=True)
     mpi_versions: dict[str, dict[str, Any]] = {}
     for stack in relevant:
-        site, error = stack_site_packages(stack, ctx.timeout)
+        site, error = ctx.interpreters.site_packages(stack, ctx.timeout)
         extensions, missing = find_extensions(site, stack.frameworks)
         env = dict(os.environ, LD_LIBRARY_PATH=loader_path(site))
         for ext in extensions:
@@ -94,6 +94,7 @@ def collect(ctx: Context) -> dict[str, Any]:
                     ext["mpi"] = {"path": lib["path"], "realpath": real, **mpi_versions[real]}
         stacks.append({"name": stack.name, "frameworks": list(stack.frameworks), "site_packages": site,
                        "site_error": error, "extensions": extensions, "missing": missing,
+                       "python_hung": ctx.interpreters.refusal(stack.python) is not None,
                        "ld_library_path": env["LD_LIBRARY_PATH"]})
     return {"configured": bool(ctx.config.stacks), "stacks": stacks}
 
@@ -122,12 +123,17 @@ def ldd(f: dict[str, Any], p: Profile) -> Result:
     libraries = f["libraries"]
     mpi_entries = libraries.get("libraries", {}).get("mpi", [])
     orders = consumers(libraries)
-    fails, warns, measured, evidence = [], [], {}, []
+    fails, errors, warns, measured, evidence = [], [], [], {}, []
     for stack in facts["stacks"]:
         name = stack["name"]
         for framework in stack.get("missing", []):
-            warns.append(f"stack {name}: no {framework} extension library under "
-                         f"{', '.join(stack['site_packages']) or 'its site-packages'} (is {framework} installed?)")
+            where = ', '.join(stack['site_packages']) or 'its site-packages'
+            if stack.get("python_hung"):  # its own sys.path unknown: a guess that found nothing proves nothing
+                errors.append(f"stack {name}: {framework} extension libraries not checked: {stack['site_error']} "
+                              f"(none found under {where})")
+            else:
+                warns.append(f"stack {name}: no {framework} extension library under {where} (is {framework} "
+                             "installed?)")
         node_mpi = pick(mpi_entries, orders.get(name, [f"stack:{name}", *SYSTEM_ORIGINS]))
         for ext in stack["extensions"]:
             parsed = ext["parsed"]
@@ -154,11 +160,15 @@ def ldd(f: dict[str, Any], p: Profile) -> Result:
                     fails.append(f"{label} links {mpi_label(linked)}, the node's MPI is {mpi_label(node_mpi)}")
     expected = {"not_found": [], "horovod_mpi": "the node's libmpi"}
     if fails:
-        return Result(check, Status.FAIL, measured, expected, "; ".join(fails + warns),
+        return Result(check, Status.FAIL, measured, expected, "; ".join(fails + errors + warns),
                       "rebuild or reinstall the framework against the node's libraries (site.yml --tags "
                       "frameworks); a Horovod built against another MPI than the mpirun that launches it "
                       "hangs or crashes at hvd.init()", evidence="\n\n".join(evidence))
     count = sum(len(s["extensions"]) for s in facts["stacks"])
+    if errors:
+        return Result(check, Status.ERROR, measured, expected, "; ".join(errors + warns),
+                      "find out why the stack's python does not answer: run it by hand (`<python> -c pass`); a "
+                      "stuck file system under it or a broken interpreter", evidence="\n\n".join(evidence))
     if warns:
         return Result(check, Status.WARN, measured, expected, "; ".join(warns), evidence="\n\n".join(evidence))
     links = sorted({mpi_label(e["mpi"]) for s in facts["stacks"] for e in s["extensions"] if e.get("mpi")})

@@ -14,10 +14,11 @@ from ..model import truncate
 from ..parsers import ParseError, parse
 from ..process import run, which
 from . import Context
-from .stacks import BINDINGS, HOROVOD
+from .stacks import BINDINGS, HOROVOD, Interpreters
 
 PROBE = Path(__file__).resolve().with_name("probe_frameworks.py")
 MARK = "GPUCHECK_PROBE "  # the probe's own MARK: it cannot import gpucheck
+AGENT_PID = "GPUCHECK_AGENT_PID"  # the probe's own AGENT_PID: it dies with the process this names
 
 
 def probe_env(stack: Stack) -> dict[str, str]:
@@ -31,6 +32,7 @@ def probe_env(stack: Stack) -> dict[str, str]:
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[AGENT_PID] = str(os.getpid())
     return env
 
 
@@ -69,13 +71,18 @@ def check_build(stack: Stack, env: dict[str, str], timeout: float) -> dict[str, 
     return result
 
 
-def probe_stack(stack: Stack, timeout: float) -> dict[str, Any]:
+def probe_stack(stack: Stack, timeout: float, interpreters: Interpreters | None = None) -> dict[str, Any]:
+    interpreters = interpreters or Interpreters()
     entry: dict[str, Any] = {"name": stack.name, "python": stack.python, "frameworks": list(stack.frameworks),
                              "probe": {HOROVOD: {}}, "error": None, "harness": False}
     if not stack.frameworks:
         return entry
     if not os.access(stack.python, os.X_OK) and not (os.sep not in stack.python and which(stack.python)):
         entry["error"] = f"the stack's python {stack.python} does not exist or is not executable"
+        return entry
+    refusal = interpreters.refusal(stack.python)
+    if refusal:
+        entry.update(error=refusal, harness=True)
         return entry
     env = probe_env(stack)
     done = run([stack.python, str(PROBE), "--frameworks", ",".join(stack.frameworks)], timeout=timeout, env=env)
@@ -85,7 +92,11 @@ def probe_stack(stack: Stack, timeout: float) -> dict[str, Any]:
     if "_done" not in entry["probe"]:
         pending = _pending(entry["probe"], stack.frameworks)
         where = f" while probing {pending}" if pending else ""
-        if done.timed_out:
+        if done.timed_out and "_probe" not in entry["probe"]:  # the interpreter itself never answered
+            interpreters.did_not_answer(stack.python, timeout)
+            entry["error"] = f"{stack.python} did not answer within {timeout:g} s: the probe never started (killed)"
+            entry["harness"] = True
+        elif done.timed_out:
             entry["error"] = f"the probe did not finish within {timeout:g} s{where} (killed)"
             entry["harness"] = True
         elif done.not_found:
@@ -95,7 +106,7 @@ def probe_stack(stack: Stack, timeout: float) -> dict[str, Any]:
         else:
             entry["error"] = f"the probe ended early{where}: {done.describe_failure()}"
             entry["harness"] = "_probe" not in entry["probe"]  # never started: the interpreter is broken
-    if HOROVOD in stack.frameworks:
+    if HOROVOD in stack.frameworks and not interpreters.refusal(stack.python):  # horovodrun is run by that python
         entry["check_build"] = check_build(stack, env, timeout)
     return entry
 
@@ -116,5 +127,5 @@ def collect(ctx: Context) -> dict[str, Any]:
     if not stacks:
         return {"configured": False, "stacks": []}
     with ThreadPoolExecutor(max_workers=min(4, len(stacks))) as pool:
-        results = list(pool.map(lambda s: probe_stack(s, ctx.timeout), stacks))
+        results = list(pool.map(lambda s: probe_stack(s, ctx.timeout, ctx.interpreters), stacks))
     return {"configured": True, "stacks": results}

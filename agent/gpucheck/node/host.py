@@ -11,9 +11,10 @@ from typing import Any
 import psutil
 
 from ..model import Result, Status
+from ..process import CallTimeout, call_with_timeout
 from ..profiles import Profile
 from . import Check, CollectError, Context
-from .per_gpu import live_gpus
+from .per_gpu import field_error, live_gpus, per_gpu
 
 GiB = 1024**3
 READ_TEST_BYTES = 256 * 1024 * 1024
@@ -21,30 +22,66 @@ CHUNK = 4 * 1024 * 1024
 
 
 def collect(ctx: Context) -> dict[str, Any]:
+    """Each call under ctx.call_limit: statvfs on a stuck network mount blocks in the kernel. A call that does
+    not return is left behind (its thread cannot be stopped) and recorded under `errors` by fact name."""
     paths = (ctx.profile.get("host", "disk_free_GiB_min", {}) if ctx.profile else {}) or {"/": 0}
+    errors: dict[str, str] = {}
+
+    def ask(fact: str, call: str, fn: Any, *args: Any) -> Any:
+        try:
+            return call_with_timeout(fn, ctx.call_limit, *args)
+        except CallTimeout as exc:
+            errors[fact] = f"{call} {exc}"
+            return None
+
     disks: dict[str, Any] = {}
     for path in paths:
         try:
-            disks[path] = shutil.disk_usage(path).free / GiB
+            usage = ask(f"disk_free_GiB:{path}", f"shutil.disk_usage({path!r})", shutil.disk_usage, path)
+            disks[path] = None if usage is None else usage.free / GiB
         except OSError as exc:
             disks[path] = f"cannot stat: {exc.strerror}"
+    memory = ask("ram_GiB", "psutil.virtual_memory()", psutil.virtual_memory)
     return {
-        "ram_GiB": psutil.virtual_memory().total / GiB,
-        "cpu_cores_logical": psutil.cpu_count(logical=True),
-        "cpu_cores_physical": psutil.cpu_count(logical=False),
+        "ram_GiB": None if memory is None else memory.total / GiB,
+        "cpu_cores_logical": ask("cpu_cores_logical", "psutil.cpu_count(logical=True)", psutil.cpu_count, True),
+        "cpu_cores_physical": ask("cpu_cores_physical", "psutil.cpu_count(logical=False)", psutil.cpu_count, False),
         "disk_free_GiB": disks,
+        "errors": errors,
     }
+
+
+def unread(f: dict[str, Any], check: str, fact: str, what: str) -> Result | None:
+    """The `error` result for a host fact the collector could not read, or None when it was read."""
+    error = (f["host"].get("errors") or {}).get(fact)
+    if error is None:
+        return None
+    return Result(check, Status.ERROR, None, None, f"{what} not read: {error}",
+                  "a call that does not return is stuck in the kernel: look for hung mounts (`mount -t nfs,cifs`, "
+                  "dmesg 'not responding') and processes in D state (`ps -eo state,pid,cmd | grep ^D`)")
 
 
 def memory(f: dict[str, Any], p: Profile) -> Result:
     ratio = p.get("host", "ram_to_gpu_memory_ratio_min")
-    ram = f["host"]["ram_GiB"]
     if ratio is None:
-        return Result("host.memory", Status.SKIP, round(ram, 1), reason="profile sets no RAM ratio")
+        ram = f["host"]["ram_GiB"]
+        return Result("host.memory", Status.SKIP, None if ram is None else round(ram, 1),
+                      reason="profile sets no RAM ratio")
+    missing = unread(f, "host.memory", "ram_GiB", "RAM size")
+    if missing:
+        return missing
+    ram = f["host"]["ram_GiB"]
     nvml = f.get("nvml")
     if nvml is None:
         return Result("host.memory", Status.SKIP, round(ram, 1), reason="GPU memory unknown (NVML unavailable)")
-    gpu_GiB = sum((g.get("memory_total_MiB") or 0) for g in live_gpus(nvml)) / 1024
+    # a GPU whose memory size was not read leaves the total unknown: per_gpu's rule says which and why
+    sizes = per_gpu("host.memory", nvml, lambda g: None if g.get("memory_total_MiB") is not None
+                    or field_error(g, "memory") else (Status.ERROR, "memory size not reported"),
+                    lambda g: g.get("memory_total_MiB"), f">= {ratio:g}x GPU memory", "", fields=("memory",))
+    if sizes.status not in (Status.PASS, Status.SKIP):
+        sizes.reason = f"total GPU memory unknown: {sizes.reason}"
+        return sizes
+    gpu_GiB = sum(g["memory_total_MiB"] for g in live_gpus(nvml)) / 1024
     need = ratio * gpu_GiB
     measured = {"ram_GiB": round(ram, 1), "gpu_memory_GiB": round(gpu_GiB, 1)}
     if ram < need:
@@ -58,6 +95,9 @@ def cpu(f: dict[str, Any], p: Profile) -> Result:
     minimum, cores = p.get("host", "cpu_cores_min"), f["host"]["cpu_cores_logical"]
     if minimum is None:
         return Result("host.cpu", Status.SKIP, cores, reason="profile sets no CPU minimum")
+    missing = unread(f, "host.cpu", "cpu_cores_logical", "CPU count")
+    if missing:
+        return missing
     if cores < minimum:
         return Result("host.cpu", Status.FAIL, cores, f">= {minimum}", f"{cores} CPU threads < {minimum}",
                       "check BIOS (SMT, cores disabled) and the kernel command line (maxcpus, isolcpus)")
@@ -69,14 +109,22 @@ def disk(f: dict[str, Any], p: Profile) -> Result:
     if not wanted:
         return Result("host.disk", Status.SKIP, reason="profile sets no free-disk minimum")
     free = f["host"]["disk_free_GiB"]
-    problems = []
+    errors = f["host"].get("errors") or {}
+    problems, unknown = [], []
     for path, minimum in wanted.items():
         have = free.get(path)
-        if not isinstance(have, float):
+        if f"disk_free_GiB:{path}" in errors:
+            unknown.append(f"{path}: free space not read: {errors[f'disk_free_GiB:{path}']}")
+        elif not isinstance(have, float):
             problems.append(f"{path}: {have or 'not measured'}")
         elif have < minimum:
             problems.append(f"{path} has {have:.1f} GiB free < {minimum} GiB")
     measured = {k: round(v, 1) if isinstance(v, float) else v for k, v in free.items()}
+    if unknown and not problems:
+        return Result("host.disk", Status.ERROR, measured, wanted, "; ".join(unknown),
+                      "a stuck mount (NFS, CIFS, FUSE) blocks every process that touches it: check `mount`, dmesg "
+                      "('server not responding') and the file server")
+    problems += unknown
     if problems:
         return Result("host.disk", Status.FAIL, measured, wanted, "; ".join(problems),
                       "free space (old checkpoints, container images, core dumps) or grow the filesystem")

@@ -1,9 +1,23 @@
-"""Xid errors and "fallen off the bus" reports in the kernel log, graded by NVIDIA's severity."""
+"""Xid errors and "fallen off the bus" reports in the kernel log, graded by NVIDIA's severity.
+
+The Xid window: only the events logged since the later of the last clean run of this boot (a run whose gpu.xid
+passed: the state file remembers how far it read the log) and the look-back (--xid-lookback, 24 h) are judged,
+so a repaired GPU stops failing the node without a reboot and a storm of old lines cannot hide which are new.
+Older events are not judged but shown: counted in `measured`, named in the reason, kept in the evidence. An
+event without a time since boot (a log without stamps) is always judged. `--xid-since boot` judges the whole
+boot. The stamps are the kernel's own ([ 1234.567890], seconds since boot), compared with /proc/uptime.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
+from ..files import write_atomically
 from ..model import Result, Status
 from ..parsers import ParseError, parse
 from ..process import run
@@ -11,6 +25,24 @@ from ..profiles import Profile
 from . import Check, CollectError, Context
 
 EVIDENCE_LINES = 20  # of an output that could not be read, kept as the evidence
+# The look-back when no clean run of this boot is remembered: a node whose Xids are all older than a day passes
+# again (a GPU reset or repair without a reboot), and one logged within the day still counts. A health check
+# run every few minutes (Slurm's HealthCheckInterval) remembers a clean run long before that.
+XID_LOOKBACK_S = 24 * 3600.0
+STATE_DIR = Path("/var/lib/gpucheck")  # the gpucheck_agent role's gpucheck_agent_state_dir
+STATE_FILE = "xid-window.json"  # {"boot_id", "read_to_s", "source"} of the last run whose gpu.xid passed
+MAX_STATE_B = 4096
+OLDER_SHOWN = 3  # kinds of older event named in the reason; the rest are counted in `measured`
+
+
+def state_dir() -> Path:
+    """/var/lib/gpucheck, or the directory GPUCHECK_STATE_DIR names (tests, and users who are not root)."""
+    return Path(os.environ.get("GPUCHECK_STATE_DIR") or STATE_DIR)
+
+
+def proc_root() -> Path:
+    """/proc, or a fake tree named by GPUCHECK_PROC_ROOT (only tests and the lab set it): uptime, boot id."""
+    return Path(os.environ.get("GPUCHECK_PROC_ROOT") or "/proc")
 
 
 def collect(ctx: Context) -> dict[str, Any]:
@@ -18,7 +50,7 @@ def collect(ctx: Context) -> dict[str, Any]:
     cannot be read. An empty log has no Xids; an output the xid parser cannot read is never taken for
     "no Xids": it is a harness error, with the output as evidence."""
     attempts, unreadable = [], []
-    for argv in (["dmesg"], ["journalctl", "-k", "-b", "--no-pager", "-q"]):
+    for argv in (["dmesg"], ["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"]):
         done = run(argv, ctx.timeout)
         if not done.ok:
             attempts.append(done.describe_failure())
@@ -31,7 +63,7 @@ def collect(ctx: Context) -> dict[str, Any]:
                 attempts.append(f"{argv[0]}: output not readable as a kernel log: {exc}")
                 unreadable.append(_head(argv, done.stdout))
                 continue
-        return {"source": argv[0], **parsed,
+        return {"source": argv[0], **parsed, "window": read_window(argv[0], _lookback(ctx)),
                 "evidence": "\n".join(line for line in done.stdout.splitlines() if "NVRM" in line)}
     reason = "cannot read the kernel log: " + "; ".join(attempts)
     if unreadable:
@@ -47,36 +79,248 @@ def _head(argv: list[str], output: str) -> str:
     return "\n".join([f"$ {' '.join(argv)}", *lines])
 
 
+def _lookback(ctx: Context) -> float | None:
+    """The look-back in seconds; None: --xid-since boot (every Xid of this boot, no clean run asked)."""
+    if ctx.xid_since_boot:
+        return None
+    return ctx.xid_lookback_s or XID_LOOKBACK_S
+
+
+def read_window(source: str, lookback_s: float | None) -> dict[str, Any]:
+    """Where the judged events begin, in seconds since boot (`start_s`; None: at boot) and how to say it
+    (`since`), with what remembering a clean run needs (`boot_id`, `source`). What cannot be read is a note,
+    never an error, and only ever widens the window."""
+    notes: list[str] = []
+    boot_id, uptime = _boot_id(notes), _uptime(notes)
+    window: dict[str, Any] = {"since": "since boot", "start_s": None, "boot_id": boot_id, "source": source,
+                              "uptime_s": uptime, "notes": notes}
+    if lookback_s is None:
+        window["since"] = "since boot (--xid-since boot)"
+        return window
+    starts = []
+    if uptime is not None and uptime > lookback_s:
+        starts.append((uptime - lookback_s, f"in the last {_span(lookback_s)} (since {uptime - lookback_s:.0f} s "
+                                            f"after boot)"))
+    clean = _last_clean_run(boot_id, source, uptime, notes)
+    if clean is not None:
+        starts.append((clean, f"since the last clean run ({clean:.0f} s after boot)"))
+    if starts:
+        window["start_s"], window["since"] = max(starts)
+    return window
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and (seconds * 10 / size).is_integer():
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
+def _read_small(path: Path) -> str:
+    """A small text file (a state file, a /proc entry); refuses what is not a regular file (a FIFO would
+    block) and what is larger than any of them is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        data = os.read(fd, MAX_STATE_B + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_STATE_B:
+        raise OSError(f"larger than {MAX_STATE_B} bytes")
+    return data.decode("utf-8")
+
+
+def _why(exc: Exception) -> str:
+    """Why a file could not be read or written, in a few words ("No such file or directory")."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _boot_id(notes: list[str]) -> str | None:
+    path = proc_root() / "sys" / "kernel" / "random" / "boot_id"
+    try:
+        text = _read_small(path).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        notes.append(f"no clean run can be remembered: cannot read {path} ({_why(exc)})")
+        return None
+    if not text or len(text) > 64 or not text.isprintable():
+        notes.append(f"no clean run can be remembered: {path} holds no boot id")
+        return None
+    return text
+
+
+def _uptime(notes: list[str]) -> float | None:
+    path = proc_root() / "uptime"
+    try:
+        value = float(_read_small(path).split()[0])
+    except (OSError, UnicodeDecodeError) as exc:
+        notes.append(f"the look-back cannot be applied: cannot read {path} ({_why(exc)})")
+        return None
+    except (ValueError, IndexError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        notes.append(f"the look-back cannot be applied: {path} does not say the uptime")
+        return None
+    return value
+
+
+def _last_clean_run(boot_id: str | None, source: str, uptime: float | None, notes: list[str]) -> float | None:
+    """How far the last clean run of this boot read the log (seconds since boot), from the state file; None
+    when there is none, it is of another boot (all of this boot is new) or read another log (other stamps)."""
+    path = state_dir() / STATE_FILE
+    try:
+        state = _state(_read_small(path))
+    except FileNotFoundError:
+        return None  # no clean run remembered yet
+    except (OSError, UnicodeDecodeError) as exc:
+        notes.append(f"the last clean run is not known: cannot read {path} ({_why(exc)})")
+        return None
+    if state is None:
+        notes.append(f"the last clean run is not known: {path} is not an Xid state file (ignored)")
+        return None
+    if boot_id is None or state["boot_id"] != boot_id or state["source"] != source:
+        return None
+    if uptime is not None and state["read_to_s"] > uptime:
+        notes.append(f"the last clean run is not known: {path} says {state['read_to_s']:.0f} s after boot, "
+                     f"later than now ({uptime:.0f} s; ignored)")
+        return None
+    return state["read_to_s"]
+
+
+def _state(text: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    boot_id, read_to, source = data.get("boot_id"), data.get("read_to_s"), data.get("source")
+    if not (isinstance(boot_id, str) and boot_id and isinstance(source, str)):
+        return None
+    if isinstance(read_to, bool) or not isinstance(read_to, int | float) or not math.isfinite(read_to) or read_to < 0:
+        return None
+    return {"boot_id": boot_id, "read_to_s": float(read_to), "source": source}
+
+
+def remember_clean_run(results: list[Result]) -> str | None:
+    """After a run whose gpu.xid passed: remember (atomically) how far this boot's kernel log was read, so the
+    next run judges only what comes after. Returns a one-line note when that could not be written (the next
+    window is then the look-back); None otherwise. Never raises: a state file never costs a run."""
+    result = next((r for r in results if r.check == "gpu.xid"), None)
+    if result is None or result.status != Status.PASS or not isinstance(result.measured, dict):
+        return None
+    window = result.measured.get("window") or {}
+    if not window.get("boot_id") or window.get("read_to_s") is None:
+        return None
+    path = state_dir() / STATE_FILE
+    # never back before where this run's window began (a log cut short since, `dmesg -C`)
+    reach = max(window["read_to_s"], window.get("start_s") or 0.0)
+    state = {"boot_id": window["boot_id"], "read_to_s": reach, "source": window.get("source")}
+    try:
+        write_atomically(path, json.dumps(state) + "\n")
+    except OSError as exc:
+        return f"this clean run is not remembered: cannot write {path} ({_why(exc)}); the Xid window falls back to " \
+               "the look-back"
+    return None
+
+
+def _split(items: list[dict[str, Any]], start: float | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(judged, older): older are those stamped at or before the window's start; no stamp: judged."""
+    judged: list[dict[str, Any]] = []
+    older: list[dict[str, Any]] = []
+    for e in items:
+        old = start is not None and e.get("uptime_s") is not None and e["uptime_s"] <= start
+        (older if old else judged).append(e)
+    return judged, older
+
+
+def _describe(items: list[dict[str, Any]]) -> str:
+    seen: dict[tuple[int, str], int] = {}
+    for e in items:
+        key = (e["xid"], e.get("pci") or "?")
+        seen[key] = seen.get(key, 0) + 1
+    return ", ".join(f"Xid {x} on {pci}" + (f" x{n}" if n > 1 else "") for (x, pci), n in seen.items())
+
+
+def _describe_older(events: list[dict[str, Any]], fallen: list[dict[str, Any]]) -> str:
+    """The older events by kind, each with its (last) time since boot; the first few kinds."""
+    kinds: dict[str, list[float]] = {}
+    for e in events:
+        kinds.setdefault(f"Xid {e['xid']} on {e.get('pci') or '?'}", []).append(e["uptime_s"])
+    for r in fallen:
+        kinds.setdefault(f"GPU {r['pci']} fallen off the bus", []).append(r["uptime_s"])
+    shown = [f"{kind} at {times[0]:.0f} s after boot" if len(times) == 1 else
+             f"{kind} x{len(times)} (the last at {max(times):.0f} s after boot)"
+             for kind, times in list(kinds.items())[:OLDER_SHOWN]]
+    more = len(kinds) - OLDER_SHOWN
+    return ", ".join(shown) + (f", and {more} more kind{'s' if more > 1 else ''}" if more > 0 else "")
+
+
 def xid(f: dict[str, Any], p: Profile) -> Result:
+    """The events in the window, graded; `measured` counts those (`counts`, `fallen_off_bus`), says the window
+    (`window`) and counts the older ones apart (`older`)."""
     log = f["kernel_log"]
-    events, fallen = log.get("events", []), log.get("fallen_off_bus", [])
+    window = log.get("window") or {}
+    start = window.get("start_s")
+    events, older = _split(log.get("events", []), start)
+    reports = log.get("fallen_reports")
+    if reports is None:  # facts that do not say when: every GPU reported is judged
+        reports = [{"pci": pci, "uptime_s": None} for pci in log.get("fallen_off_bus", [])]
+    new_reports, old_reports = _split(reports, start)
+    fallen = sorted({r["pci"] for r in new_reports})
     by_severity: dict[str, list[dict[str, Any]]] = {"fatal": [], "warn": [], "info": []}
     for event in events:
         by_severity.setdefault(event.get("severity") or "warn", []).append(event)
 
-    def describe(items: list[dict[str, Any]]) -> str:
-        seen: dict[tuple[int, str], int] = {}
-        for e in items:
-            key = (e["xid"], e.get("pci") or "?")
-            seen[key] = seen.get(key, 0) + 1
-        return ", ".join(f"Xid {x} on {pci}" + (f" x{n}" if n > 1 else "") for (x, pci), n in seen.items())
+    counts: dict[str, int] = {}
+    for e in events:
+        counts[str(e["xid"])] = counts.get(str(e["xid"]), 0) + 1
+    measured: dict[str, Any] = {
+        "counts": dict(sorted(counts.items(), key=lambda item: int(item[0]))), "fallen_off_bus": fallen,
+        "window": {"since": window.get("since", "since boot"), "start_s": start, "boot_id": window.get("boot_id"),
+                   "source": log.get("source"), "uptime_s": window.get("uptime_s"),
+                   "read_to_s": log.get("last_uptime_s"), "notes": window.get("notes", [])}}
+    suffix = ""
+    if older or old_reports:
+        on_xid_lines = {(e.get("pci"), e.get("uptime_s")) for e in older}  # an Xid 79 line is not two events
+        old_plain = [r for r in old_reports if (r["pci"], r.get("uptime_s")) not in on_xid_lines]
+        n = len(older) + len(old_plain)
+        old_counts: dict[str, int] = {}
+        for e in older:
+            old_counts[str(e["xid"])] = old_counts.get(str(e["xid"]), 0) + 1
+        measured["older"] = {"events": n, "counts": dict(sorted(old_counts.items(), key=lambda i: int(i[0]))),
+                             "fallen_off_bus": sorted({r["pci"] for r in old_reports})}
+        suffix += (f"; {n} older event{'s' if n > 1 else ''} before the window, not judged: "
+                   f"{_describe_older(older, old_plain)}")
+    unstamped_xids = {e.get("pci") for e in events if e.get("uptime_s") is None}
+    unstamped = len([e for e in events if e.get("uptime_s") is None]) + len(
+        [r for r in new_reports if r.get("uptime_s") is None and r["pci"] not in unstamped_xids])
+    if start is not None and unstamped:
+        measured["unstamped"] = unstamped
+        suffix += (f"; {unstamped} without a time since boot, judged whatever their age (the window cannot be "
+                   f"applied to them)")
+    suffix += "".join(f"; {note}" for note in window.get("notes", []))
 
-    measured = {"counts": log.get("counts", {}), "fallen_off_bus": fallen}
     expected = "no fatal Xid, no GPU fallen off the bus"
     if fallen or by_severity["fatal"]:
         parts = [f"GPU {pci} has fallen off the bus" for pci in fallen]
         if by_severity["fatal"]:
-            parts.append("fatal: " + describe(by_severity["fatal"]))
-        return Result("gpu.xid", Status.FAIL, measured, expected, "; ".join(parts),
+            parts.append("fatal: " + _describe(by_severity["fatal"]))
+        return Result("gpu.xid", Status.FAIL, measured, expected, "; ".join(parts) + suffix,
                       "drain the node; reset the GPU or reboot, and RMA if it recurs "
                       "(see NVIDIA's Xid catalog for the code)", log.get("evidence", ""))
     if by_severity["warn"]:
-        return Result("gpu.xid", Status.WARN, measured, expected, "needs attention: " + describe(by_severity["warn"]),
+        return Result("gpu.xid", Status.WARN, measured, expected,
+                      "needs attention: " + _describe(by_severity["warn"]) + suffix,
                       "look up the Xid in NVIDIA's catalog; watch for recurrence", log.get("evidence", ""))
-    reason = "no Xid errors in the kernel log"
+    reason = "no Xid errors in the kernel log" if start is None else f"no Xid errors {window.get('since')}"
     if by_severity["info"]:
-        reason = "only application-level Xids: " + describe(by_severity["info"])
-    return Result("gpu.xid", Status.PASS, measured, expected, reason, evidence=log.get("evidence", ""))
+        reason = "only application-level Xids: " + _describe(by_severity["info"])
+    return Result("gpu.xid", Status.PASS, measured, expected, reason + suffix, evidence=log.get("evidence", ""))
 
 
 CHECKS = [Check("gpu.xid", ("kernel_log",), xid, "no fatal Xid errors or fallen-off-the-bus reports")]

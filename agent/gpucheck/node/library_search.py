@@ -17,7 +17,6 @@ from ..parsers import ParseError, parse
 from ..process import run, which
 from . import Context
 from .known_libraries import lib_name_regex
-from .stacks import stack_site_packages
 
 # Searched after the stacks, LD_LIBRARY_PATH and the ldconfig cache (tests may replace these).
 STANDARD_DIRS = [
@@ -49,7 +48,7 @@ def search_places(ctx: Context) -> list[dict[str, Any]]:
     """Where each library is looked for, in the frameworks' order."""
     places: list[dict[str, Any]] = []
     for stack in ctx.config.stacks:
-        site, error = stack_site_packages(stack, ctx.timeout)
+        site, error = ctx.interpreters.site_packages(stack, ctx.timeout)
         dirs = sorted(d for sp in site for d in glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
         places.append({"origin": f"stack:{stack.name}", "dirs": dirs, "site_packages": site,
                        "pattern": [os.path.join(sp, "nvidia", "*", "lib") for sp in site]

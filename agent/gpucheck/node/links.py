@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
 from ..model import Result, Status
+from ..process import CallTimeout, call_with_timeout
 from ..profiles import Profile
 from . import Check, CollectError, Context
 from .per_gpu import Finding, field_error, live_gpus, per_gpu, read_finding, skip_unless_unread
@@ -16,6 +18,9 @@ from .per_gpu import Finding, field_error, live_gpus, per_gpu, read_finding, ski
 PCIE_FIELDS = ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max")
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # PCI class: display controller, VGA-compatible / 3D controller
+STUCK_HINT = ("a sysfs file that does not answer is held by a wedged driver: check dmesg, `ps -eo state,pid,cmd` "
+              "for processes in D state; a reboot clears it")
+T = TypeVar("T")
 
 
 def pcie(f: dict[str, Any], p: Profile) -> Result:
@@ -66,12 +71,58 @@ def nvlink(f: dict[str, Any], p: Profile) -> Result:
                    fields=("nvlink",))
 
 
-def collect_fabric_manager(ctx: Context) -> dict[str, Any]:
+def find_fabric_manager() -> dict[str, Any]:
     names = {"nv-fabricmanager", "nvidia-fabricmanager"}
     for proc in psutil.process_iter(["name", "pid"]):
         if proc.info.get("name") in names:
             return {"running": True, "pid": proc.info["pid"]}
     return {"running": False, "pid": None}
+
+
+def collect_fabric_manager(ctx: Context) -> dict[str, Any]:
+    """The process list from /proc, under ctx.call_limit (a process stuck in the kernel can hold /proc/PID)."""
+    try:
+        return call_with_timeout(find_fabric_manager, ctx.call_limit)
+    except CallTimeout as exc:
+        raise CollectError(f"listing the processes (psutil.process_iter) {exc}", STUCK_HINT, harness=True) from None
+
+
+class Sysfs:
+    """One collector's reads under sysfs_root(), run in a thread under one limit. Each path is noted before it is
+    touched, so that a read stuck in the kernel (an attribute of a wedged driver; a FIFO in a test tree) is
+    named: `scan` raises CollectError "reading PATH did not return within N s"."""
+
+    def __init__(self) -> None:
+        self.at = ""
+
+    def read(self, path: Path) -> str | None:
+        self.at = str(path)
+        try:
+            return path.read_text().strip().lower()
+        except OSError:
+            return None
+
+    def numa_node(self, device_dir: Path) -> int | None:
+        try:
+            return int(self.read(device_dir / "numa_node") or "")
+        except ValueError:
+            return None
+
+    def listing(self, directory: Path) -> list[Path] | None:
+        """The entries of a directory, sorted; None when it is not one."""
+        self.at = str(directory)
+        return sorted(directory.iterdir()) if directory.is_dir() else None
+
+    def link(self, path: Path) -> str | None:
+        """Where a symbolic link points (its last part), None when it is not a link."""
+        self.at = str(path)
+        return os.path.basename(os.readlink(path)) if path.is_symlink() else None
+
+    def scan(self, ctx: Context, fn: Callable[[Sysfs], T]) -> T:
+        try:
+            return call_with_timeout(fn, ctx.call_limit, self)
+        except CallTimeout as exc:
+            raise CollectError(f"reading {self.at} {exc}", STUCK_HINT, harness=True) from None
 
 
 def fabric_manager(f: dict[str, Any], p: Profile) -> Result:
@@ -83,13 +134,6 @@ def fabric_manager(f: dict[str, Any], p: Profile) -> Result:
     return Result("gpu.fabric_manager", Status.FAIL, "not running", "running",
                   "nv-fabricmanager is not running: on NVSwitch systems CUDA cannot use the GPUs without it",
                   "systemctl enable --now nvidia-fabricmanager; its version must equal the driver's")
-
-
-def _numa_node(device_dir: Path) -> int | None:
-    try:
-        return int((device_dir / "numa_node").read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def sysfs_pci_address(bus_id: str) -> str:
@@ -105,37 +149,37 @@ def sysfs_root() -> Path:
 
 def collect_nic_numa(ctx: Context) -> dict[str, Any]:
     """NUMA node of every RDMA device and GPU, from sysfs: NVML reports none on x86 hosts."""
-    root = sysfs_root() / "class" / "infiniband"
-    nics = {dev.name: _numa_node(dev / "device") for dev in sorted(root.iterdir())} if root.is_dir() else {}
-    gpus = {}
-    for g in live_gpus(ctx.facts.get("nvml") or {}):
-        if g.get("pci_bus_id"):
-            gpus[g["index"]] = _numa_node(sysfs_root() / "bus" / "pci" / "devices" /
-                                          sysfs_pci_address(g["pci_bus_id"]))
-    return {"nics": nics, "gpus": gpus}
+    bus_ids = {g["index"]: g["pci_bus_id"] for g in live_gpus(ctx.facts.get("nvml") or {}) if g.get("pci_bus_id")}
 
+    def scan(sysfs: Sysfs) -> dict[str, Any]:
+        nics = {dev.name: sysfs.numa_node(dev / "device")
+                for dev in sysfs.listing(sysfs_root() / "class" / "infiniband") or []}
+        devices = sysfs_root() / "bus" / "pci" / "devices"
+        gpus = {index: sysfs.numa_node(devices / sysfs_pci_address(bus)) for index, bus in bus_ids.items()}
+        return {"nics": nics, "gpus": gpus}
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip().lower()
-    except OSError:
-        return None
+    return Sysfs().scan(ctx, scan)
 
 
 def collect_pci_gpus(ctx: Context) -> dict[str, Any]:
     """NVIDIA GPUs on the PCI bus, whatever the driver makes of them: vendor 0x10de, class VGA (0x0300xx)
     or 3D controller (0x0302xx). NVSwitch bridges (0x0680xx) and HDMI audio (0x0403xx) are not GPUs."""
     devices = sysfs_root() / "bus" / "pci" / "devices"
-    if not devices.is_dir():
-        raise CollectError(f"{devices} not readable: the PCI bus cannot be listed", harness=True)
-    gpus = []
-    for dev in sorted(devices.iterdir()):
-        pci_class = _read(dev / "class") or ""
-        if _read(dev / "vendor") == NVIDIA_VENDOR and pci_class.startswith(GPU_CLASSES):
-            driver = dev / "driver"  # a link to .../drivers/nvidia (or vfio-pci, nouveau): none when unbound
-            gpus.append({"address": dev.name.lower(), "device": _read(dev / "device"), "class": pci_class,
-                         "driver": os.path.basename(os.readlink(driver)) if driver.is_symlink() else None})
-    return {"gpus": gpus}
+
+    def scan(sysfs: Sysfs) -> dict[str, Any]:
+        found = sysfs.listing(devices)
+        if found is None:
+            raise CollectError(f"{devices} not readable: the PCI bus cannot be listed", harness=True)
+        gpus = []
+        for dev in found:
+            pci_class = sysfs.read(dev / "class") or ""
+            if sysfs.read(dev / "vendor") == NVIDIA_VENDOR and pci_class.startswith(GPU_CLASSES):
+                # driver: a link to .../drivers/nvidia (or vfio-pci, nouveau), none when unbound
+                gpus.append({"address": dev.name.lower(), "device": sysfs.read(dev / "device"), "class": pci_class,
+                             "driver": sysfs.link(dev / "driver")})
+        return {"gpus": gpus}
+
+    return Sysfs().scan(ctx, scan)
 
 
 def nic_affinity(f: dict[str, Any], p: Profile) -> Result:

@@ -1,4 +1,8 @@
-"""`gpucheck node`: pick the checks, gather each collector's facts once, evaluate, report."""
+"""`gpucheck node`: pick the checks, gather each collector's facts once, evaluate, report.
+
+The whole run has a deadline (--deadline): each collector runs in a thread the run waits for only until then;
+what was not gathered by then is `error` for the checks that need it, and the report is made of the rest.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any
 from .. import __version__, profiles
 from ..config import NodeConfig
 from ..model import Report, Result, Status
+from ..process import CallTimeout, call_with_timeout
 from . import (
     Check,
     CollectError,
@@ -29,9 +34,10 @@ from . import (
     libraries,
     links,
     nvml,
+    pins,
 )
 
-DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, bandwidth, host]
+DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, pins, bandwidth, host]
 
 
 class UsageError(Exception):
@@ -77,16 +83,53 @@ class Options:
     full: bool = False
     timeout: float = 60.0
     bench_timeout: float = 600.0
+    deadline: float | None = None  # seconds for the whole run; None: default_deadline
+    xid_lookback_s: float | None = None  # None: kernel_log.XID_LOOKBACK_S
+    xid_since_boot: bool = False
+
+
+# The default --deadline: room for several probes to use their whole --timeout (a hung NVML call, a framework
+# import) and still report, within the 300 s `gpucheck cluster` gives a host by default.
+DEADLINE_TIMEOUTS, DEADLINE_MIN_S, DEADLINE_BENCH_TIMEOUTS = 4, 60.0, 4
+
+
+def default_deadline(timeout: float, bench_timeout: float, full: bool) -> float:
+    """4 x --timeout (at least 60 s), plus 4 x --bench-timeout under --full."""
+    return max(DEADLINE_TIMEOUTS * timeout, DEADLINE_MIN_S) + (DEADLINE_BENCH_TIMEOUTS * bench_timeout if full else 0)
+
+
+class DeadlinePassed(CollectError):
+    """The run's deadline passed before the collector ran, or while it ran (its thread is abandoned)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason, "raise --deadline, or find what made the run slow (the report's "
+                         "facts.collect_seconds)", harness=True)
 
 
 class Gatherer:
-    """Runs each collector at most once, keeping its facts or its failure."""
+    """Runs each collector at most once, keeping its facts or its failure. With a deadline (seconds after
+    `began`, a time.monotonic()) each collector runs in a daemon thread, waited for until then at most."""
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, deadline: float | None = None, began: float | None = None):
         self.ctx = ctx
         self.collectors = all_collectors()
         self.failures: dict[str, CollectError] = {}
         self.timings: dict[str, float] = {}
+        self.deadline = deadline
+        self.ends = None if deadline is None else (time.monotonic() if began is None else began) + deadline
+
+    def collect(self, name: str) -> dict[str, Any]:
+        if self.ends is None:
+            return self.collectors[name](self.ctx)
+        left = self.ends - time.monotonic()
+        if left <= 0:
+            raise DeadlinePassed(f"not run: the run's deadline ({self.deadline:g} s) passed")
+        began = time.monotonic()
+        try:
+            return call_with_timeout(self.collectors[name], left, self.ctx)
+        except CallTimeout:
+            raise DeadlinePassed(f"not finished: the run's deadline ({self.deadline:g} s) passed while collecting "
+                                 f"'{name}' ({time.monotonic() - began:.0f} s in)") from None
 
     def get(self, name: str) -> dict[str, Any] | None:
         if name in self.ctx.facts:
@@ -95,7 +138,7 @@ class Gatherer:
             return None
         began = time.monotonic()
         try:
-            self.ctx.facts[name] = self.collectors[name](self.ctx)
+            self.ctx.facts[name] = self.collect(name)
         except CollectError as exc:
             self.failures[name] = exc
         except Exception as exc:  # a bug in a collector must cost one check, not the report
@@ -131,8 +174,9 @@ def evaluate(check: Check, gather: Gatherer, profile: profiles.Profile) -> Resul
     for need in check.needs:
         name = need.rstrip("?")
         facts[name] = gather.get(name)
-        if facts[name] is None and not need.endswith("?"):
-            failure = gather.failures[name]
+        failure = gather.failures.get(name)
+        # an optional fact cut off by the deadline is not "unavailable here": the check was not run
+        if failure is not None and (not need.endswith("?") or isinstance(failure, DeadlinePassed)):
             status = Status.ERROR if failure.harness else Status.FAIL
             return Result(check.id, status, reason=failure.reason, remediation=failure.remediation,
                           evidence=failure.evidence)
@@ -172,8 +216,10 @@ def run_node(options: Options, config: NodeConfig) -> Report:
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     began = time.monotonic()
     checks = select_checks(options.only or [], options.skip or [], options.full)
-    ctx = Context(timeout=options.timeout, bench_timeout=options.bench_timeout, config=config)
-    gather = Gatherer(ctx)
+    ctx = Context(timeout=options.timeout, bench_timeout=options.bench_timeout, config=config,
+                  xid_lookback_s=options.xid_lookback_s, xid_since_boot=options.xid_since_boot)
+    deadline = options.deadline or default_deadline(options.timeout, options.bench_timeout, options.full)
+    gather = Gatherer(ctx, deadline, began)
     profile = choose_profile(options.profile, config, gather)
     ctx.profile = profile
     results = [evaluate(check, gather, profile) for check in checks]

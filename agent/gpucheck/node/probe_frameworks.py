@@ -21,6 +21,8 @@ import traceback
 # This mark and the framework names below are framework_probe.MARK and config.KNOWN_FRAMEWORKS: this file
 # runs in the stack's interpreter, where gpucheck cannot be imported.
 MARK = "GPUCHECK_PROBE "
+AGENT_PID = "GPUCHECK_AGENT_PID"  # framework_probe.AGENT_PID: the agent that waits for this probe
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 HOROVOD_BUILT = ("mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,6 +38,22 @@ def _claim_stdout():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return out
+
+
+def die_with_the_agent():
+    """Linux: this probe gets SIGKILL when the agent that started it dies, even by SIGKILL (coreutils `timeout`
+    past its grace, the OOM killer), when the agent had no chance to end it. Where prctl cannot be had, nothing
+    changes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9)  # 9: SIGKILL
+    except Exception:
+        return
+    # Reparented to init before prctl: the agent is gone, nobody waits for this probe. (Any other parent may be a
+    # wrapper script of the stack's python: the signal then comes with that wrapper's death.)
+    if os.getppid() == 1 and os.environ.get(AGENT_PID, "1") != "1":
+        os._exit(1)
 
 
 def last_line(exc):
@@ -182,6 +200,7 @@ def main(argv=None):
     parser.add_argument("--frameworks", required=True, help="comma-separated: tensorflow,horovod,torch")
     args = parser.parse_args(argv)
     wanted = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+    die_with_the_agent()
     out = _claim_stdout()
 
     def emit(record):

@@ -5,6 +5,11 @@ records. Continuation lines (indented, no timestamp of their own) are joined to 
 they continue, so a report wrapped over several lines is read as one. A kernel log can hold stray
 bytes (NUL, control characters, bytes that are not UTF-8): they are dropped and counted in
 `stray_bytes`, and every line around them is read; one NUL must not hide an Xid.
+
+Each event (and each "fallen off the bus" report, in `fallen_reports`) carries `uptime_s`, its time in
+seconds since boot, where the line says it: dmesg's `[ 1234.567890]` stamp (journalctl -o short-monotonic
+writes the same) or a /dev/kmsg record's microseconds; None for wall-clock stamps (dmesg -T, syslog, ISO)
+and lines without a stamp. `last_uptime_s` is the latest such stamp in the whole text: how far it reaches.
 """
 
 from __future__ import annotations
@@ -98,6 +103,10 @@ _SYSLOG_STAMP = re.compile(
     r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*)(?: \S+)? kernel:"
 )
 _KMSG = re.compile(r"^\d+,\d+,(?P<ts>\d+),[^;]*;")
+# Seconds since boot: dmesg's (and journalctl -o short-monotonic's) "[ 1234.567890]"; digits bounded so that
+# no stamp reads as infinity.
+_UPTIME = re.compile(r"\[\s*(?P<s>\d{1,12}\.\d{1,9})\]")
+MAX_KMSG_DIGITS = 18  # a /dev/kmsg stamp is in microseconds: 18 digits are 31,000 years
 _JOURNAL_NOTE = re.compile(r"^-- (?:Logs begin|Journal begins|No entries|Boot )")
 
 
@@ -118,6 +127,22 @@ def _timestamp(prefix: str) -> str | None:
         if match := pattern.search(prefix):
             return match["ts"]
     return None
+
+
+def _uptime(prefix: str) -> float | None:
+    """Seconds since boot from the stamp written before the message, if it is one (not a wall clock)."""
+    if match := _KMSG.match(prefix):
+        return int(match["ts"]) / 1e6 if len(match["ts"]) <= MAX_KMSG_DIGITS else None
+    if match := _UPTIME.search(prefix):
+        return float(match["s"])
+    return None
+
+
+def _line_uptime(line: str) -> float | None:
+    """The since-boot stamp a line starts with (dmesg, journalctl -o short-monotonic, kmsg), else None."""
+    if match := _UPTIME.match(line.lstrip()):
+        return float(match["s"])
+    return _uptime(line) if _KMSG.match(line) else None
 
 
 def _severity(xid: int, message: str) -> str:
@@ -142,6 +167,7 @@ def _event(line: str, match: re.Match) -> dict:
         "message": message,
         "severity": _severity(xid, message),
         "timestamp": _timestamp(line[: match.start()]),
+        "uptime_s": _uptime(line[: match.start()]),
     }
 
 
@@ -156,8 +182,8 @@ def parse(text: str) -> dict:
     lines = _logical_lines(text_lines(text, KIND))
     if not any(_is_kernel_log(line) for line in lines):
         raise ParseError(f"not {KIND} input: no kernel log lines (dmesg, journalctl, syslog or kmsg)")
-    events = []
-    fallen: set[str] = set()
+    events, reports = [], []
+    stamps: list[float] = []
     for line in lines:
         match = _XID.search(line)
         if match:
@@ -166,13 +192,21 @@ def parse(text: str) -> dict:
             # The GPU's address: the Xid's own, else the first PCI address on the (joined) line.
             address = match or _PCI_ADDRESS.search(line)
             if address:
-                fallen.add(address["pci"].lower().split(".")[0])
+                prefix = line[: line.find("NVRM:")] if "NVRM:" in line else line[: address.start()]
+                reports.append({"pci": address["pci"].lower().split(".")[0], "timestamp": _timestamp(prefix),
+                                "uptime_s": _uptime(prefix)})
+        if (stamp := _line_uptime(line)) is not None:
+            stamps.append(stamp)
+    stamps += [e["uptime_s"] for e in [*events, *reports] if e["uptime_s"] is not None]
+    fallen = {r["pci"] for r in reports}
     counts = Counter(str(e["xid"]) for e in events)
     severities = [e["severity"] for e in events] + (["fatal"] if fallen else [])
     return {
         "events": events,
         "counts": dict(sorted(counts.items(), key=lambda item: int(item[0]))),
         "fallen_off_bus": sorted(fallen),
+        "fallen_reports": reports,
+        "last_uptime_s": max(stamps, default=None),
         "worst_severity": max(severities, key=_RANK.__getitem__, default=None),
         "stray_bytes": stray,
     }

@@ -274,4 +274,7 @@ def bench_horovod(args, record):
 
 
 if __name__ == "__main__":
-    rank_io.exit_now(main())
+    status = main()
+    if "horovod" in sys.modules:  # MPI must see Horovod finalize at exit: only torch ranks skip finalization
+        sys.exit(status)
+    rank_io.exit_now(status)

@@ -1,0 +1,175 @@
+"""The node knows what it is supposed to be and what site.yml installed: node.yaml as the gpucheck_agent role
+renders it from each inventory (Ansible's own inventory, variables and templating, read back by the agent's
+loader), the profiles' driver minimums against the stacks that could meet them, and the preflight that stops
+a site whose stack's driver is too old for the profile it names."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucheck import config, profiles
+from gpucheck.node.pins import matches
+from gpucheck.versions import version_tuple
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "roles" / "gpucheck_agent" / "templates" / "node.yaml.j2"
+DEFAULTS = REPO / "roles" / "gpucheck_agent" / "defaults" / "main.yml"
+
+
+def lab_inventory(tmp_path: Path) -> Path:
+    """The shape lab/inventory.py writes (its hosts.yml is generated), with the repository's lab group_vars."""
+    directory = tmp_path / "lab-inventory"
+    directory.mkdir()
+    hosts = {"all": {"vars": {"lab_proxy_url": "http://10.77.0.1:3128"},
+                     "children": {"admin": {"hosts": {}}, "gpu_nodes": {"hosts": {"node01": {}}}}}}
+    (directory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", directory / "group_vars")
+    return directory
+
+
+def render(inventory: Path, host: str) -> str:
+    """node.yaml.j2 for one host as the role renders it: the host's variables by Ansible's precedence over
+    the role's defaults, templated by Ansible (lazily, as a play does)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    try:  # ansible-core 2.19 templates only trusted text: what the role's files are
+        from ansible.template import trust_as_template
+    except ImportError:  # older ansible-core trusts every string
+        def trust_as_template(text):
+            return text
+    loader = DataLoader()
+    inventory_manager = InventoryManager(loader=loader, sources=[str(inventory)])
+    host_vars = VariableManager(loader=loader, inventory=inventory_manager).get_vars(
+        host=inventory_manager.get_host(host))
+    defaults = yaml.safe_load(DEFAULTS.read_text())
+    variables = {**{k: trust_as_template(v) if isinstance(v, str) else v for k, v in defaults.items()}, **host_vars}
+    return Templar(loader=loader, variables=variables).template(trust_as_template(TEMPLATE.read_text()))
+
+
+def node_yaml(tmp_path: Path, inventory: Path, host: str) -> config.NodeConfig:
+    path = tmp_path / f"{host}.node.yaml"
+    path.write_text(render(inventory, host))
+    return config.load(path)
+
+
+def catalog(site: str) -> dict:
+    return yaml.safe_load((REPO / "inventory" / site / "group_vars" / "all" / "versions.yml").read_text())
+
+
+def test_prod_gpu_node_knows_its_profile_and_the_stacks_pins(tmp_path) -> None:
+    site = node_yaml(tmp_path, REPO / "inventory" / "prod", "node01")
+    tf = catalog("prod")["gpu_stack_catalog"]["tf-horovod"]
+    assert site.profile == "dgx-h100"
+    assert site.pins == {"driver": tf["driver_version"], "cuda": tf["cuda_version"],
+                         "cudnn": tf["cudnn_version"], "nccl": tf["nccl_version"]}
+    stacks = {s.name: s for s in site.stacks}
+    assert stacks["tf-horovod"].pins == {"tensorflow": "2.15.1", "horovod": "0.28.1"}
+    assert stacks["torch"].pins == {"torch": "2.5.1"}
+    assert stacks["tf-horovod"].python == "/opt/stacks/tf-horovod/bin/python"
+
+
+def test_prod_admin_node_has_no_gpu_pins_and_chooses_its_profile(tmp_path) -> None:
+    site = node_yaml(tmp_path, REPO / "inventory" / "prod", "admin01")
+    assert site.profile == "auto" and site.pins == {} and site.stacks == []
+
+
+def test_lab_node_is_the_lab_profile_with_what_the_lab_installs(tmp_path) -> None:
+    """Debian's 535 packages (a glob: the archive serves several builds), no CUDA libraries (the cuda role
+    installs none in the lab), tensorflow-cpu==2.15.1 read as TensorFlow 2.15.1."""
+    text = render(lab_inventory(tmp_path), "node01")
+    assert "profile: lab\n" in text  # as tests/ansible/test_check_mode.py reads it in the role's diff
+    (tmp_path / "node.yaml").write_text(text)
+    site = config.load(tmp_path / "node.yaml")
+    assert site.profile == "lab"
+    assert site.pins == {"driver": "535.*"}
+    assert [(s.name, s.pins) for s in site.stacks] == [("tf-horovod", {"tensorflow": "2.15.1", "horovod": "0.28.1"})]
+
+
+def test_lab_driver_pin_accepts_what_a_healthy_lab_host_reports() -> None:
+    """The lab's hosts simulate dgx-h100.scn (lab/config.py DEFAULT_SCENARIO): its driver must match the pin."""
+    scenario = (REPO / "lab" / "scenarios" / "dgx-h100.scn").read_text()
+    reported = next(line.split("=", 1)[1].split("#")[0].strip() for line in scenario.splitlines()
+                    if line.startswith("driver_version"))
+    pin = catalog("lab")["gpu_stack_catalog"][catalog("lab")["gpu_stack"]]["driver_version"]
+    assert matches(pin, reported), (pin, reported)
+
+
+def minimums() -> dict[str, str]:
+    """profile -> gpu.driver_version_min, with `inherits` followed by the agent's own loader."""
+    found = {}
+    listed = profiles.available(REPO / "checks")  # the profiles, not the other tables beside them (gpus.yaml)
+    for name in sorted(n for n, path in listed.items() if path.parent == REPO / "checks"):
+        minimum = profiles.load(str(listed[name])).get("gpu", "driver_version_min")
+        if minimum:
+            found[name] = str(minimum)
+    return found
+
+
+def test_every_profiles_driver_minimum_is_met_by_a_prod_stack() -> None:
+    drivers = {name: s["driver_version"] for name, s in catalog("prod")["gpu_stack_catalog"].items()}
+    found = minimums()
+    assert {"dgx-h100", "hgx-h200", "lab"} <= set(found)
+    unmet = {profile: minimum for profile, minimum in found.items()
+             if not any(version_tuple(d) >= version_tuple(minimum) for d in drivers.values())}
+    assert not unmet, f"no stack in inventory/prod meets these profiles' driver minimums: {unmet} (stacks: {drivers})"
+    assert version_tuple(drivers["tf-horovod-r550"]) >= version_tuple(found["hgx-h200"]) > version_tuple(
+        drivers["tf-horovod"])
+
+
+def test_prods_expected_profile_accepts_prods_stack_driver() -> None:
+    profile = yaml.safe_load((REPO / "inventory" / "prod" / "group_vars" / "gpu_nodes.yml").read_text())[
+        "gpucheck_profile"]
+    versions = catalog("prod")
+    driver = versions["gpu_stack_catalog"][versions["gpu_stack"]]["driver_version"]
+    assert version_tuple(driver) >= version_tuple(minimums()[profile]), (profile, driver)
+
+
+PREFLIGHT_PLAY = """\
+- name: The preflight's profile check alone
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run it
+      ansible.builtin.include_role:
+        name: preflight
+        tasks_from: profile
+"""
+
+
+OLD = {"driver_branch": "470", "driver_version": "470.57.02"}
+GLOB = {"driver_branch": "535", "driver_version": "535.*"}
+
+
+@pytest.mark.parametrize("profile,stack,ok", [
+    ("hgx-h200", "tf-horovod", False),  # R535 cannot drive an H200
+    ("hgx-h200", "tf-horovod-r550", True),
+    ("dgx-h100", "tf-horovod", True),
+    ("dgx-a100", OLD, False),  # its minimum (535.54.03) is inherited from dgx-h100
+    ("lab", GLOB, True),  # the lab's glob: some 535 build can meet 535.54.03
+    ("auto", OLD, True),  # nothing to compare with
+])
+def test_preflight_stops_a_stack_too_old_for_the_expected_profile(ansible_repo, profile, stack, ok) -> None:
+    play = ansible_repo.tmp_path / "play.yml"
+    play.write_text(PREFLIGHT_PLAY)
+    hosts = ansible_repo.tmp_path / "hosts.yml"
+    hosts.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}}))
+    chosen = {"gpu_stack": stack, "gpucheck_profile": profile} if isinstance(stack, str) else {
+        "gpu_stack": "other", "gpu_stack_catalog": {"other": stack}, "gpucheck_profile": profile}
+    done = ansible_repo.run("ansible-playbook", "-i", str(hosts), "-e", "@inventory/prod/group_vars/all/versions.yml",
+                            "-e", json.dumps(chosen), str(play), timeout=300)
+    output = done.stdout + done.stderr
+    assert (done.returncode == 0) == ok, output[-3000:]
+    if not ok:
+        minimum, pin = ("550.54.14", "535.261.03") if profile == "hgx-h200" else ("535.54.03", "470.57.02")
+        assert f"gpucheck_profile '{profile}' needs driver {minimum} or newer" in output, output[-3000:]
+        assert f"pins driver {pin}" in output and "tf-horovod-r550" in output
+    else:  # compared and passed, or (auto) not compared at all
+        assert "needs driver" not in output and ("skipping: [localhost]" in output) == (profile == "auto"), output
