@@ -124,3 +124,17 @@ class LabSession:
     def ensure_down(self) -> None:
         lab_cli("down")
         self.lab = None
+
+
+def debian12_with_apt_bindings() -> bool:
+    """Root on Debian 12 with what Ansible's apt and pip modules need on the target (`make deps` installs
+    them from tests/apt-packages.txt): the roles can run here for real, against localhost."""
+    try:
+        release = Path("/etc/os-release").read_text()
+    except OSError:
+        return False
+    if "ID=debian" not in release or 'VERSION_ID="12"' not in release or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import apt, apt_pkg, packaging"], capture_output=True,
+                           check=False)
+    return probe.returncode == 0

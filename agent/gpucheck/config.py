@@ -122,21 +122,31 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
 
 
 def read(target: Path) -> Any:
+    return read_yaml_file(target, str(target), MAX_CONFIG_BYTES, ConfigError) or {}
+
+
+def read_yaml_file(path: Path, label: str, max_bytes: int, error: type[Exception]) -> Any:
+    """A YAML file of at most `max_bytes` of UTF-8 through the guarded loader (node.yaml, profiles, the SKU
+    table); every way it can be unreadable is one `error` naming `label` (and the line of a syntax error)."""
     try:
-        with target.open("rb") as source:
-            raw = source.read(MAX_CONFIG_BYTES + 1)
+        with path.open("rb") as source:
+            raw = source.read(max_bytes + 1)
     except OSError as exc:
-        raise ConfigError(f"cannot read {target}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{target} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+        raise error(f"cannot read {label}: {exc.strerror or exc}") from None
+    if len(raw) > max_bytes:
+        raise error(f"{label} is larger than {max_bytes // 2**20} MiB")
     try:
-        return parse_yaml(raw.decode("utf-8"), str(target)) or {}
-    except UnicodeDecodeError:
-        raise ConfigError(f"{target} is not UTF-8 text") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{label} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        return parse_yaml(text, label)  # aliases that expand without end are refused first
     except UnsafeYAML as exc:
-        raise ConfigError(str(exc)) from None
-    except yaml.YAMLError:
-        raise ConfigError(f"{target} is not valid YAML") from None
+        raise error(str(exc)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise error(f"{label}{where} is not valid YAML") from None
 
 
 def read_stacks(target: Path, entries: object) -> list[Stack]:

@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .config import KNOWN_FRAMEWORKS, UnsafeYAML, parse_yaml
+from .config import KNOWN_FRAMEWORKS, read_yaml_file
 
 DEFAULT_PROFILE = "generic"
 
@@ -164,26 +162,7 @@ def available(extra_dir: str | os.PathLike | None = None) -> dict[str, Path]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as source:
-            raw = source.read(MAX_PROFILE_BYTES + 1)
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise ProfileError(f"profile {path} is larger than {MAX_PROFILE_BYTES // 2**20} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProfileError(f"profile {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
-                           f"{exc.start})") from None
-    try:
-        data = parse_yaml(text, f"profile {path}")  # aliases that expand without end are refused first
-    except UnsafeYAML as exc:
-        raise ProfileError(str(exc)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ProfileError(f"profile {path}{where} is not valid YAML") from None
+    data = read_yaml_file(path, f"profile {path}", MAX_PROFILE_BYTES, ProfileError)
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path} must be a YAML mapping")
     return data

@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .config import UnsafeYAML, parse_yaml
+from .config import read_yaml_file
 from .profiles import SKU_TABLE_FILE, search_dirs
 
 # The dtypes a SKU may state a peak for (checks/gpus.yaml says which unit each means).
@@ -159,23 +157,7 @@ def match(name: str | None, pci_device_id: int | str | None = None, table: SkuTa
 
 
 def read(path: Path) -> Any:
-    try:
-        with path.open("rb") as source:
-            raw = source.read(MAX_TABLE_BYTES + 1)
-    except OSError as exc:
-        raise SkuError(f"cannot read GPU SKU table {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_TABLE_BYTES:
-        raise SkuError(f"GPU SKU table {path} is larger than {MAX_TABLE_BYTES // 2**20} MiB")
-    try:
-        return parse_yaml(raw.decode("utf-8"), f"GPU SKU table {path}")
-    except UnicodeDecodeError as exc:
-        raise SkuError(f"GPU SKU table {path} is not UTF-8 text (offset {exc.start})") from None
-    except UnsafeYAML as exc:
-        raise SkuError(str(exc)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SkuError(f"GPU SKU table {path}{where} is not valid YAML") from None
+    return read_yaml_file(path, f"GPU SKU table {path}", MAX_TABLE_BYTES, SkuError)
 
 
 def build(data: Any, origin: str) -> list[Sku]:

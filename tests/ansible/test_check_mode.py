@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from labkit import debian12_with_apt_bindings
 
 # Paths a real run would create; check mode must leave each exactly as it found it.
 WATCHED = [
@@ -26,19 +27,6 @@ WATCHED = [
 ]
 
 
-def _debian12_with_apt_bindings() -> bool:
-    try:
-        release = Path("/etc/os-release").read_text()
-    except OSError:
-        return False
-    if "ID=debian" not in release or 'VERSION_ID="12"' not in release or os.geteuid() != 0:
-        return False
-    # what the apt and pip modules need on the target (make deps installs them from tests/apt-packages.txt)
-    probe = subprocess.run(["/usr/bin/python3", "-c", "import apt, apt_pkg, packaging"], capture_output=True,
-                           check=False)
-    return probe.returncode == 0
-
-
 def _snapshot() -> dict[str, tuple[bool, float | None]]:
     state = {}
     for path in WATCHED:
@@ -47,7 +35,7 @@ def _snapshot() -> dict[str, tuple[bool, float | None]]:
     return state
 
 
-@pytest.mark.skipif(not _debian12_with_apt_bindings(), reason="needs root, Debian 12, python3-apt, python3-packaging")
+@pytest.mark.skipif(not debian12_with_apt_bindings(), reason="needs root, Debian 12, python3-apt, python3-packaging")
 @pytest.mark.skipif(os.environ.get("GPUCHECK_SKIP_CHECK_MODE") == "1", reason="GPUCHECK_SKIP_CHECK_MODE=1")
 def test_check_mode_completes_on_this_host_and_changes_nothing(ansible_repo) -> None:
     inventory = ansible_repo.lab_inventory(
@@ -82,7 +70,7 @@ def test_check_mode_completes_on_this_host_and_changes_nothing(ansible_repo) -> 
     assert "no Horovod 0.28.1 wheel on the controller yet" in output
 
 
-@pytest.mark.skipif(not _debian12_with_apt_bindings(), reason="needs root, Debian 12, python3-apt, python3-packaging")
+@pytest.mark.skipif(not debian12_with_apt_bindings(), reason="needs root, Debian 12, python3-apt, python3-packaging")
 @pytest.mark.skipif(os.environ.get("GPUCHECK_SKIP_CHECK_MODE") == "1", reason="GPUCHECK_SKIP_CHECK_MODE=1")
 def test_check_mode_shows_the_nvidia_repository_path(ansible_repo) -> None:
     """The production path (NVIDIA's repository, prod pins), which cannot run for real here: check mode

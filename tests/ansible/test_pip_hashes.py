@@ -8,15 +8,15 @@ in pyproject.toml. No test here reaches PyPI: `python docs/pip_locks.py --verify
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from labkit import debian12_with_apt_bindings
 
 REPO = Path(__file__).resolve().parents[2]
 LOCKS = REPO / "roles" / "frameworks" / "files" / "locks"
@@ -214,19 +214,7 @@ def test_the_lab_installs_what_its_lock_was_made_for() -> None:
 
 
 # ----------------------------------------------------------------------------- the role, for real
-def _debian12_with_apt_bindings() -> bool:
-    try:
-        release = Path("/etc/os-release").read_text()
-    except OSError:
-        return False
-    if "ID=debian" not in release or 'VERSION_ID="12"' not in release or os.geteuid() != 0:
-        return False
-    probe = subprocess.run(["/usr/bin/python3", "-c", "import apt, apt_pkg, packaging"], capture_output=True,
-                           check=False)
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not _debian12_with_apt_bindings(), reason="needs root, Debian 12, python3-apt, python3-packaging")
+@pytest.mark.skipif(not debian12_with_apt_bindings(), reason="needs root, Debian 12, python3-apt, python3-packaging")
 def test_frameworks_role_checks_a_stacks_lock_against_its_pins(ansible_repo) -> None:
     """--check on this host with the lab's catalog: a lock with the stack's pins is copied and installed with
     --require-hashes; a lock that lacks a pin stops the role naming it, before anything is installed."""

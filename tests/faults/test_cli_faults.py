@@ -104,7 +104,7 @@ def test_help_says_the_bounds():
      "stack 's': 'frameworks' must be a list like [tensorflow, horovod], not a string"),
     ("stacks: {s: {python: p, framework: [torch]}}\n", "stack 's' has unknown key(s) framework"),
     ("1: a\nprofile: auto\n", "unknown key(s) 1"),
-    (b"profile: \xff\xfe\n", "is not UTF-8 text"),
+    (b"profile: \xff\xfe\n", "is not UTF-8 text (byte 0xff at offset 9)"),
 ])
 def test_node_yaml_of_the_wrong_shape_is_one_line(tmp_path, yaml_text, reason):
     env = node_env(tmp_path)
