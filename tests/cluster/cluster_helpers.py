@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,18 @@ def kill_strays(sshd: LoopbackSshd) -> None:
         if alive(pid) and b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
+
+
+@contextlib.contextmanager
+def running_sshd(directory: Path, ports: int) -> Iterator[LoopbackSshd]:
+    """A LoopbackSshd for a test module (the `sshd` fixtures), stopped afterwards with the fake agents it
+    left hanging."""
+    server = LoopbackSshd(directory, ports=ports)
+    try:
+        yield server
+    finally:
+        server.stop()
+        kill_strays(server)
 
 
 def node_report(host: str, driver: str = "535.183.01", fail: dict[str, str] | None = None,

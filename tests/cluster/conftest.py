@@ -4,14 +4,10 @@ simulated host), fake agents per port. Nothing here touches any address but 127.
 from __future__ import annotations
 
 import pytest
-from cluster_helpers import LoopbackSshd, kill_strays
+from cluster_helpers import running_sshd
 
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory):
-    server = LoopbackSshd(tmp_path_factory.mktemp("sshd"), ports=6)
-    try:
+    with running_sshd(tmp_path_factory.mktemp("sshd"), ports=6) as server:
         yield server
-    finally:
-        server.stop()
-        kill_strays(server)  # hung fake agents, by the pids they recorded

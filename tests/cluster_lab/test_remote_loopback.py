@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-from cluster_helpers import LoopbackSshd, alive  # noqa: E402
+from cluster_helpers import LoopbackSshd, alive, running_sshd  # noqa: E402
 from cluster_lab_helpers import ROOT, make_ctx  # noqa: E402
 
 from gpucheck.cluster import network, ssh, ssh_background  # noqa: E402
@@ -24,11 +24,8 @@ from gpucheck.model import Status  # noqa: E402
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory):
-    server = LoopbackSshd(tmp_path_factory.mktemp("sshd"), ports=2)
-    try:
+    with running_sshd(tmp_path_factory.mktemp("sshd"), ports=2) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def host(sshd: LoopbackSshd, name: str = "n1", index: int = 0) -> Host:

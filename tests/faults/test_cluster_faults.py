@@ -25,9 +25,9 @@ from cluster_helpers import (  # noqa: E402
     ROOT,
     LoopbackSshd,
     free_port,
-    kill_strays,
     node_report,
     run_cluster,
+    running_sshd,
     write_inventory,
 )
 
@@ -38,12 +38,8 @@ STAGES = ("--stages", "consistency,stragglers")  # fake agents on one machine: n
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory):
-    server = LoopbackSshd(tmp_path_factory.mktemp("sshd"), ports=4)
-    try:
+    with running_sshd(tmp_path_factory.mktemp("sshd"), ports=4) as server:
         yield server
-    finally:
-        server.stop()
-        kill_strays(server)
 
 
 def healthy(sshd: LoopbackSshd, count: int) -> dict[str, dict[str, Any]]:

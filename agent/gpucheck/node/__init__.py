@@ -15,7 +15,7 @@ from ..model import Result
 from ..profiles import Profile
 from .stacks import Interpreters
 
-CALL_LIMIT_MAX_S = 10.0  # one call that should answer at once (a sysfs read, statvfs, psutil): at most this
+CALL_LIMIT_MAX_S = 10.0  # one call that should answer at once (an NVML query, a sysfs read, statvfs, psutil)
 
 
 class CollectError(Exception):

@@ -20,6 +20,7 @@ from typing import Any
 from ..files import write_atomically
 from ..model import Result, Status
 from ..parsers import ParseError, parse
+from ..parsers.xid import counts_by_code
 from ..process import run
 from ..profiles import Profile
 from . import Check, CollectError, Context
@@ -276,11 +277,8 @@ def xid(f: dict[str, Any], p: Profile) -> Result:
     for event in events:
         by_severity.setdefault(event.get("severity") or "warn", []).append(event)
 
-    counts: dict[str, int] = {}
-    for e in events:
-        counts[str(e["xid"])] = counts.get(str(e["xid"]), 0) + 1
     measured: dict[str, Any] = {
-        "counts": dict(sorted(counts.items(), key=lambda item: int(item[0]))), "fallen_off_bus": fallen,
+        "counts": counts_by_code(events), "fallen_off_bus": fallen,
         "window": {"since": window.get("since", "since boot"), "start_s": start, "boot_id": window.get("boot_id"),
                    "source": log.get("source"), "uptime_s": window.get("uptime_s"),
                    "read_to_s": log.get("last_uptime_s"), "notes": window.get("notes", [])}}
@@ -289,10 +287,7 @@ def xid(f: dict[str, Any], p: Profile) -> Result:
         on_xid_lines = {(e.get("pci"), e.get("uptime_s")) for e in older}  # an Xid 79 line is not two events
         old_plain = [r for r in old_reports if (r["pci"], r.get("uptime_s")) not in on_xid_lines]
         n = len(older) + len(old_plain)
-        old_counts: dict[str, int] = {}
-        for e in older:
-            old_counts[str(e["xid"])] = old_counts.get(str(e["xid"]), 0) + 1
-        measured["older"] = {"events": n, "counts": dict(sorted(old_counts.items(), key=lambda i: int(i[0]))),
+        measured["older"] = {"events": n, "counts": counts_by_code(older),
                              "fallen_off_bus": sorted({r["pci"] for r in old_reports})}
         suffix += (f"; {n} older event{'s' if n > 1 else ''} before the window, not judged: "
                    f"{_describe_older(older, old_plain)}")

@@ -20,9 +20,8 @@ from . import CollectError, Context
 # Clock event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*).
 # NVML's nvmlClocksEventReason* bits 0x1 ... 0x100, named in bit order by the profile schema.
 CLOCK_EVENT_BITS = {1 << bit: name for bit, name in enumerate(CLOCK_EVENT_REASONS)}
-# A healthy NVML query answers in milliseconds; nvmlInit (which may bring up every GPU when
-# persistence mode is off) gets the whole --timeout.
-CALL_TIMEOUT_MAX_S = 10.0
+# A healthy NVML query answers in milliseconds: each gets the node's per-call limit (Context.call_limit);
+# nvmlInit (which may bring up every GPU when persistence mode is off) gets the whole --timeout.
 HANGS_PER_GPU_MAX = 2  # then the rest of that GPU's fields are not asked for
 HANGS_MAX = 4  # then NVML is not asked anything more
 
@@ -54,12 +53,12 @@ def _not_responding(call: str, exc: Exception) -> CollectError:
 
 
 class _Collector:
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, call_timeout: float) -> None:
         import pynvml  # imported here: a missing package must be a result, not an import crash
 
         self.nv = pynvml
         self.timeout = timeout
-        self.call_timeout = min(timeout, CALL_TIMEOUT_MAX_S)
+        self.call_timeout = call_timeout
         self.hung: list[str] = []  # labels of the calls that hung
         self.gpu_hangs: dict[int, list[str]] = {}  # per GPU: the functions that hung on it
         self.answered: dict[int, int] = {}  # per GPU: calls answered with a value or NOT_SUPPORTED
@@ -280,7 +279,7 @@ class _Collector:
 def collect(ctx: Context) -> dict[str, Any]:
     """Facts for every GPU. Raises CollectError when NVML cannot answer at all."""
     try:
-        collector = _Collector(ctx.timeout)
+        collector = _Collector(ctx.timeout, ctx.call_limit)
     except ImportError:
         raise CollectError("the nvidia-ml-py package (pynvml) is not installed",
                            remediation="pip install nvidia-ml-py", harness=True) from None

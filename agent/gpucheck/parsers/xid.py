@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 from ._common import ParseError, drop_stray_bytes, guard, text_lines
 
@@ -110,6 +111,12 @@ MAX_KMSG_DIGITS = 18  # a /dev/kmsg stamp is in microseconds: 18 digits are 31,0
 _JOURNAL_NOTE = re.compile(r"^-- (?:Logs begin|Journal begins|No entries|Boot )")
 
 
+def counts_by_code(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Events per Xid code, in code order: {"45": 8, "62": 1} (the parser's `counts`; gpu.xid's per window)."""
+    counts = Counter(str(e["xid"]) for e in events)
+    return {code: counts[code] for code in sorted(counts, key=int)}
+
+
 def _logical_lines(lines: list[str]) -> list[str]:
     """Join indented continuation lines (no timestamp of their own) to the line they continue."""
     joined: list[str] = []
@@ -199,11 +206,10 @@ def parse(text: str) -> dict:
             stamps.append(stamp)
     stamps += [e["uptime_s"] for e in [*events, *reports] if e["uptime_s"] is not None]
     fallen = {r["pci"] for r in reports}
-    counts = Counter(str(e["xid"]) for e in events)
     severities = [e["severity"] for e in events] + (["fatal"] if fallen else [])
     return {
         "events": events,
-        "counts": dict(sorted(counts.items(), key=lambda item: int(item[0]))),
+        "counts": counts_by_code(events),
         "fallen_off_bus": sorted(fallen),
         "fallen_reports": reports,
         "last_uptime_s": max(stamps, default=None),
