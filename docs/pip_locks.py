@@ -1,7 +1,7 @@
 """Write the hash-locked requirement files the roles install with `pip install --require-hashes`.
 
     python docs/pip_locks.py              # resolve and rewrite every lock below (needs PyPI)
-    python docs/pip_locks.py agent        # only these locks
+    python docs/pip_locks.py agent        # only these locks (names: agent, gpu-cupy-cuda12x, ...)
     python docs/pip_locks.py --verify     # rewrite nothing: check each lock resolves, complete, on each python
 
 Each lock is resolved by pip itself (`pip install --dry-run --report`, wheels only, for the lock's
@@ -55,6 +55,12 @@ def _agent_requirements() -> list[str]:
     return re.findall(r'^\s*"([^"]+)"', block.group(1), re.M)
 
 
+def _cupy_pin(wheel: str) -> list[str]:
+    """The agent's gpu extra: one CuPy wheel at the gpucheck_agent role's gpucheck_agent_cupy_version."""
+    defaults = yaml.safe_load((REPO / "roles" / "gpucheck_agent" / "defaults" / "main.yml").read_text())
+    return [f"{wheel}=={defaults['gpucheck_agent_cupy_version']}"]
+
+
 def _horovod_version() -> str:
     versions = yaml.safe_load((REPO / "inventory" / "prod" / "group_vars" / "all" / "versions.yml").read_text())
     return versions["gpu_stack_catalog"]["tf-horovod"]["horovod"]["version"]
@@ -74,6 +80,12 @@ LOCKS = [
     Lock("agent", REPO / "roles/gpucheck_agent/files/requirements.lock",
          "the gpucheck agent's runtime dependencies (pyproject.toml [project] dependencies)", _agent_requirements,
          pythons=["3.10", "3.11", "3.12"]),
+    # The agent's gpu extra, one lock per CuPy wheel (the role installs the one for the node's CUDA major);
+    # CuPy and NumPy only: CuPy loads cuBLAS and NVRTC from the node's CUDA toolkit (the cuda role's).
+    *(Lock(f"gpu-{wheel}", REPO / f"roles/gpucheck_agent/files/gpu-{wheel}.lock",
+           f"the agent's gpu extra for CUDA {major} nodes ({wheel} at gpucheck_agent_cupy_version)",
+           lambda wheel=wheel: _cupy_pin(wheel), pythons=["3.10", "3.11", "3.12"])
+      for wheel, major in (("cupy-cuda12x", 12), ("cupy-cuda13x", 13))),
     Lock("tf-horovod", REPO / "roles/frameworks/files/locks/tf-horovod.txt",
          "stack tf-horovod of inventory/prod (pip_packages + horovod.requirements)",
          lambda: _catalog_pins("prod", "tf-horovod")),

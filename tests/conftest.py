@@ -20,6 +20,24 @@ for path in (str(Path(__file__).resolve().parent), str(ROOT / "agent"), str(ROOT
         sys.path.insert(0, path)
 
 
+def cuda_devices() -> int:
+    """How many CUDA devices CuPy sees, asked in a child process (CUDA is never initialised in pytest's own)."""
+    code = "import cupy; print(cupy.cuda.runtime.getDeviceCount())"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return 0
+    return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` run real CUDA kernels: skipped, saying so, where CuPy sees no CUDA device."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_items and cuda_devices() == 0:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason="no CUDA device (CuPy sees none): a `gpu` test"))
+
+
 @pytest.fixture
 def fake_bin(tmp_path: Path):
     """Make executables that replay a recorded output and exit code: fake_bin.add('ibstat', text, code)."""

@@ -24,6 +24,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "node": FOUNDATION | {"node", "parsers"},
     "report": FOUNDATION | {"report"},
     "workloads": FOUNDATION | {"workloads"},
+    "gpuwork": {"gpuwork"},  # runs in a child process per GPU: the standard library, CuPy, NumPy, pynvml only
     "cluster": FOUNDATION | {"cluster", "cli_types", "parsers", "report", "workloads"},
     "cli": FOUNDATION | {"cli_types", "node", "parsers", "report"},
     "main": FOUNDATION | {"cli", "cli_types", "cluster"},

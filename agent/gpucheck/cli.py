@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from . import config, netbench, profiles
-from .cli_types import Parser, fail, port, seconds
+from .cli_types import Bounded, Parser, fail, port, seconds
 from .files import write_atomically
 from .model import EXIT_OK, EXIT_UNKNOWN
 from .node.kernel_log import XID_LOOKBACK_S
 
 MAX_PARSE_INPUT_B = 64 * 1024 * 1024  # `gpucheck parse` reads at most this: no tool log is larger
+DEFAULT_BURN_S = 60.0
+# a burn shorter than a second has no ~1 s window to judge; a day is longer than any acceptance burn-in
+burn_seconds = Bounded(float, "a number of seconds", 1, 24 * 3600, low_included=True, high_note=" (one day)",
+                       limits="seconds, 1 to 86400 = one day")
 
 EPILOG = """\
 exit codes (Nagios/Slurm convention): 0 all pass, 1 warnings only, 2 at least one failure,
@@ -26,7 +30,10 @@ and exit 3; GPUCHECK_DEBUG=1 adds its traceback.
 
 examples:
   gpucheck node                          check this machine with the auto-selected profile
-  gpucheck node --full                   also run the bandwidth benchmarks (NCCL, ib_write_bw)
+  gpucheck node --full                   also run the GPU burn-in and the benchmarks (NCCL, ib_write_bw)
+  gpucheck node --only gpu.memtest gpu.sdc   two burn-in checks by their ids (no --full needed)
+  gpucheck node --full --burn-seconds 600 --bench-timeout 1200
+                                         a ten-minute burn (--bench-timeout must leave room for it)
   gpucheck node --only gpu --format json --output /var/lib/gpucheck/node.json
   gpucheck node --profile dgx-h100 --skip gpu.xid
   gpucheck parse nccl-tests all_reduce.log    read a log you already have
@@ -51,8 +58,9 @@ def add_parsers(sub: Any) -> None:
                                       "InfiniBand, host) and judge them against a profile from checks/.")
     node.add_argument("--profile", metavar="NAME|PATH", help="force a profile (default: node.yaml, else "
                       "chosen from the GPUs NVML reports)")
-    node.add_argument("--full", action="store_true", help="also run the active benchmarks (bw.*, "
-                      "host.read_throughput): minutes, and they load the GPUs and HCAs")
+    node.add_argument("--full", action="store_true", help=f"also run the active checks: {active_checks()}. "
+                      f"Minutes (the burn alone --burn-seconds, default {DEFAULT_BURN_S:g} s, after the other "
+                      "burn-in tests), and they load the GPUs and HCAs")
     node.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks: ids, "
                       "prefixes (gpu, ib) or globs (gpu.ecc*)")
     node.add_argument("--skip", nargs="+", default=[], metavar="ID", help="leave these checks out")
@@ -63,7 +71,12 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                       help="limit for each probe: NVML, tools, framework imports (default: 60)")
     node.add_argument("--bench-timeout", type=seconds, default=600.0, metavar="SECONDS",
-                      help="limit for each benchmark under --full (default: 600)")
+                      help="limit for each benchmark under --full: the burn-in's workers (one per GPU, all at "
+                           "once, each killed at this limit), the p2p and all-reduce programs, dcgmi, each tool "
+                           "(default: 600)")
+    node.add_argument("--burn-seconds", type=burn_seconds, default=DEFAULT_BURN_S, metavar="SECONDS",
+                      help="how long gpu.burn loads every GPU with GEMMs, NVML sampled twice a second; shorter than "
+                           f"--bench-timeout (default: {DEFAULT_BURN_S:g})")
     node.add_argument("--deadline", type=seconds, metavar="SECONDS",
                       help="limit for the whole run: what is not collected by then is `error` (\"not run: the "
                            "run's deadline passed\"), the report is made of the rest and written, exit 3 (2 if "
@@ -105,6 +118,13 @@ def add_parsers(sub: Any) -> None:
     send.add_argument("--seconds", type=seconds, default=3.0, help="how long to stream (default: %(default)g)")
 
 
+def active_checks() -> str:
+    """The ids of the checks that run only under --full (or named in --only), for --help."""
+    from .node.pipeline import all_checks
+
+    return ", ".join(check.id for check in all_checks() if check.active)
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     """SIGTERM (coreutils `timeout`, a scheduler), SIGHUP or SIGINT end the run at once, with every probe it
     started, and exit 3: the run could not finish (exit codes are 0-3 whatever happens; `timeout` itself
@@ -128,7 +148,8 @@ def node_report(args: argparse.Namespace) -> int:
         site = config.load(args.config)
         report = run_node(Options(profile=args.profile, only=args.only, skip=args.skip, full=args.full,
                                   timeout=args.timeout, bench_timeout=args.bench_timeout, deadline=args.deadline,
-                                  xid_lookback_s=args.xid_lookback, xid_since_boot=args.xid_since == "boot"),
+                                  xid_lookback_s=args.xid_lookback, xid_since_boot=args.xid_since == "boot",
+                                  burn_seconds=args.burn_seconds),
                           site)
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))

@@ -66,10 +66,24 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     },
     "bandwidth": {
         "nccl_allreduce_busbw_GBps_min": NUM,
+        "nccl_allreduce_internode_busbw_GBps_min": NUM,  # gpucheck cluster's all-reduce across nodes
         "nccl_allreduce_size_B": (int,),
         "nccl_tests_required": (bool,),
         "ib_write_bw_Gbps_min": NUM,
         "ib_write_bw_required": (bool,),
+    },
+    "burnin": {  # docs/burnin.md: fractions of the GPU SKU's data-sheet figures (checks/gpus.yaml)
+        "gemm_fraction_min": NUM,
+        "gemm_dtypes": (list,),
+        "memory_bandwidth_fraction_min": NUM,
+        "host_bandwidth_fraction_min": NUM,
+        "p2p_bandwidth_fraction_min": NUM,
+        "memtest_coverage_min": NUM,
+        "burn_collapse_fraction_min": NUM,
+        "burn_temperature_C_max": NUM,
+        "burn_reasons_fail": (list,),
+        "dcgm_level": (int,),
+        "dcgm_required": (bool,),
     },
     "libraries": {"required": (list,)},
     "frameworks": {
@@ -92,22 +106,38 @@ CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap"
 # MLSL is what Horovod before 0.20 called CCL.
 HOROVOD_CONTROLLERS = ("mpi", "gloo")
 HOROVOD_OPERATIONS = ("nccl", "mpi", "gloo", "ddl", "ccl", "mlsl")
-# (section, key) -> the names its list may hold, and how an item is written before it is looked up.
-LIST_NAMES: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[str], str]]] = {
+
+
+def gemm_dtype_names() -> tuple[str, ...]:
+    """The dtypes a SKU may state a peak for: skus.DTYPES, looked up when a profile is checked (skus imports
+    this module, so it cannot be imported at the top)."""
+    from .skus import DTYPES
+
+    return DTYPES
+
+
+# (section, key) -> the names its list may hold (or the function that gives them), and how an item is written
+# before it is looked up.
+LIST_NAMES: dict[tuple[str, str], tuple[tuple[str, ...] | Callable[[], tuple[str, ...]], Callable[[str], str]]] = {
     ("libraries", "required"): (LIBRARY_NAMES, lambda item: item.removeprefix("lib")),
     ("health", "clocks_event_reasons_fail"): (CLOCK_EVENT_REASONS, str),
     ("health", "clocks_event_reasons_warn"): (CLOCK_EVENT_REASONS, str),
     ("frameworks", "required"): (KNOWN_FRAMEWORKS, str),
     ("frameworks", "horovod_controllers_required"): (HOROVOD_CONTROLLERS, str.lower),
     ("frameworks", "horovod_ops_required"): (HOROVOD_OPERATIONS, str.lower),
+    ("burnin", "gemm_dtypes"): (gemm_dtype_names, str),
+    ("burnin", "burn_reasons_fail"): (CLOCK_EVENT_REASONS, str),
 }
 # Every number is finite, and within (lowest, highest, whether the lowest itself is excluded): counts,
-# minimums, maximums and sizes >= 0, a key named *_fraction in (0, 1], and these:
+# minimums, maximums and sizes >= 0, a key named *_fraction or *_fraction_min in (0, 1], and these:
 NON_NEGATIVE = (0, math.inf, False)
 FRACTION = (0, 1, True)
 RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("bandwidth", "nccl_allreduce_size_B"): (1, math.inf, False),
     ("match", "gpu_count"): (1, math.inf, False),
+    ("burnin", "memtest_coverage_min"): FRACTION,
+    ("burnin", "burn_temperature_C_max"): (0, 150, True),  # no GPU runs above ~100 C; 150 is a typo's bound
+    ("burnin", "dcgm_level"): (1, 4, False),  # dcgmi diag -r 1..4
 }
 
 MAX_PROFILE_BYTES = 1 << 20
@@ -201,7 +231,8 @@ def _check_value(origin: str, section: str, key: str, value: Any) -> None:
     """Numbers finite and in range; list items among the known names; disk paths absolute."""
     name = f"{section}.{key}"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        low, high, low_open = RANGES.get((section, key)) or (FRACTION if key.endswith("_fraction") else NON_NEGATIVE)
+        fraction = key.endswith(("_fraction", "_fraction_min"))
+        low, high, low_open = RANGES.get((section, key)) or (FRACTION if fraction else NON_NEGATIVE)
         if (isinstance(value, float) and not math.isfinite(value)) or value > high or (
                 value <= low if low_open else value < low):
             what = (f"{'>' if low_open else '>='} {low:g}" if high == math.inf
@@ -209,6 +240,7 @@ def _check_value(origin: str, section: str, key: str, value: Any) -> None:
             raise ProfileError(f"{origin}: '{name}' must be a finite number {what}, got {_shown(value)}")
     elif isinstance(value, list) and (section, key) in LIST_NAMES:
         known, spelling = LIST_NAMES[(section, key)]
+        known = known() if callable(known) else known
         for item in value:
             if not isinstance(item, str):
                 raise ProfileError(f"{origin}: '{name}' holds names, got {_shown(item)}")

@@ -60,7 +60,7 @@ enum field {
     F_MEM_TOTAL, F_MEM_RESERVED, F_MEM_USED, F_CC, F_PERSIST, F_MIG, F_MIG_PENDING,
     F_ECC, F_ECC_PENDING, F_ECC_CV, F_ECC_CA, F_ECC_UV, F_ECC_UA,
     F_RP_SBE, F_RP_DBE, F_RP_PENDING, F_RR_CORR, F_RR_UNC, F_RR_PENDING, F_RR_FAIL,
-    F_CLOCKS, F_TEMP, F_TEMP_SHUTDOWN, F_TEMP_SLOWDOWN, F_TEMP_GPU_MAX, F_TEMP_MEM_MAX,
+    F_CLOCKS, F_SM_CLOCK, F_TEMP, F_TEMP_SHUTDOWN, F_TEMP_SLOWDOWN, F_TEMP_GPU_MAX, F_TEMP_MEM_MAX,
     F_POWER, F_POWER_LIMIT, F_PCIE_GEN_CUR, F_PCIE_GEN_MAX, F_PCIE_W_CUR, F_PCIE_W_MAX,
     F_NVLINK_COUNT, F_NVLINK_DOWN, F_NUMA, F_FAB_STATE, F_FAB_STATUS, F_FAB_CLIQUE,
     F_FAB_UUID, F_FAB_HEALTH,
@@ -96,6 +96,7 @@ static const struct { const char *name; enum ftype type; } k_fields[F_COUNT] = {
     [F_RR_PENDING] = {"row_remap_pending", T_BOOL},
     [F_RR_FAIL] = {"row_remap_failure", T_BOOL},
     [F_CLOCKS] = {"clocks_event_reasons", T_REASONS},
+    [F_SM_CLOCK] = {"sm_clock_MHz", T_U32},
     [F_TEMP] = {"temperature_C", T_U32},
     [F_TEMP_SHUTDOWN] = {"temperature_shutdown_C", T_U32},
     [F_TEMP_SLOWDOWN] = {"temperature_slowdown_C", T_U32},
@@ -146,7 +147,7 @@ static const struct { const char *name; int per_gpu; } k_functions[] = {
     {"nvmlDeviceGetTotalEccErrors", 1}, {"nvmlDeviceGetRetiredPages", 1},
     {"nvmlDeviceGetRetiredPagesPendingStatus", 1}, {"nvmlDeviceGetRemappedRows", 1},
     {"nvmlDeviceGetCurrentClocksEventReasons", 1},
-    {"nvmlDeviceGetCurrentClocksThrottleReasons", 1},
+    {"nvmlDeviceGetCurrentClocksThrottleReasons", 1}, {"nvmlDeviceGetClockInfo", 1},
     {"nvmlDeviceGetTemperature", 1}, {"nvmlDeviceGetTemperatureV", 1},
     {"nvmlDeviceGetTemperatureThreshold", 1}, {"nvmlDeviceGetPowerUsage", 1},
     {"nvmlDeviceGetEnforcedPowerLimit", 1}, {"nvmlDeviceGetCurrPcieLinkGeneration", 1},
@@ -1499,6 +1500,17 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
                                                        unsigned long long *clocksThrottleReasons)
 {
     return clocks_reasons(__func__, device, clocksThrottleReasons);
+}
+
+/* Only the SM clock domain is modelled (what the burn-in samples); the others answer NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    DEV_ENTER(device, g);
+    if (!clock || (unsigned int)type >= NVML_CLOCK_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (type != NVML_CLOCK_SM)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return val_u32(&g->f[F_SM_CLOCK], clock);
 }
 
 static nvmlReturn_t sensor_temp(struct nvmlDevice_st *g, unsigned int sensor, unsigned int *out)

@@ -11,9 +11,11 @@ ROLES = [
     "nvidia_driver",
     "cuda",
     "fabric_manager",
+    "dcgm",
     "infiniband",
     "openmpi",
     "cluster_ssh",
+    "nccl_tests",
     "frameworks",
     "gpucheck_agent",
     "gpucheck_validate",
@@ -61,6 +63,9 @@ def run_role(ansible_repo, role: str, role_vars: dict, with_stacks: bool = True)
             {"frameworks_catalog": {}, "frameworks_selected": "tf-horovod", "frameworks_horovod_build_timeout": "soon"},
             "frameworks_horovod_build_timeout",
         ),
+        ("dcgm", {"dcgm_cuda_major": "14"}, "dcgm_cuda_major"),
+        ("nccl_tests", {"nccl_tests_build_jobs": "many"}, "nccl_tests_build_jobs"),
+        ("gpucheck_agent", {"gpucheck_agent_gpu_extra": "cupy-cuda11x"}, "gpucheck_agent_gpu_extra"),
     ],
 )
 def test_wrong_type_fails_validation_naming_the_option(ansible_repo, role, role_vars, option) -> None:
@@ -78,6 +83,15 @@ def test_missing_stack_pin_fails_validation(ansible_repo) -> None:
     """The driver has no pin of its own: without a stack it stops at validation."""
     output = run_role(ansible_repo, "nvidia_driver", {}, with_stacks=False)
     assert "gpu_stack_versions" in output
+
+
+def test_missing_burnin_pins_fail_validation(ansible_repo) -> None:
+    """DCGM and nccl-tests have no pins of their own either: without versions.yml's gpu_burnin_versions they stop
+    at validation, naming it."""
+    for role in ("dcgm", "nccl_tests"):
+        output = run_role(ansible_repo, role, {}, with_stacks=False)
+        assert "Validation of arguments failed" in output or "gpu_burnin_versions" in output, output[-2000:]
+        assert "gpu_burnin_versions" in output, output[-2000:]
 
 
 def test_every_role_documents_and_types_every_default(ansible_repo) -> None:

@@ -68,6 +68,11 @@ def test_check_mode_completes_on_this_host_and_changes_nothing(ansible_repo) -> 
     assert "profile: lab" in output
     assert "No NVSwitch on this host" in output
     assert "no Horovod 0.28.1 wheel on the controller yet" in output
+    # The burn-in's tools: the lab switches DCGM and nccl-tests off, and gets the CUDA 12 CuPy wheel.
+    flat = " ".join(output.split())
+    assert "dcgm_enabled is false: DCGM is not installed" in flat
+    assert "nccl_tests_enabled is false: nccl-tests is not built" in flat
+    assert "a real run installs cupy-cuda12x==14.2.0 into it from files/gpu-cupy-cuda12x.lock (hash-checked)" in flat
 
 
 @pytest.mark.skipif(not debian12_with_apt_bindings(), reason="needs root, Debian 12, python3-apt, python3-packaging")
@@ -93,6 +98,7 @@ def test_check_mode_shows_the_nvidia_repository_path(ansible_repo) -> None:
         "cuda_install_cudnn": True,
         "cuda_install_nccl": True,
         "fabric_manager_mode": "always",
+        "dcgm_enabled": True,
     }
     before = _snapshot()
     result = ansible_repo.run(
@@ -126,4 +132,5 @@ def test_check_mode_shows_the_nvidia_repository_path(ansible_repo) -> None:
     ) in flat
     assert "export CUDA_HOME=/usr/local/cuda-12.2" in output
     assert "nvidia-fabricmanager-535, libnvidia-nscq-535 at 535.261.03*" in flat
+    assert "datacenter-gpu-manager-4-core=1:4.5.2-*, datacenter-gpu-manager-4-cuda12=1:4.5.2-*" in flat
     assert "REBOOT REQUIRED" in output and "gpu_reboot_ok (nvidia_driver_reboot_ok) is false" in flat

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 
 import pytest
 import yaml
@@ -69,6 +70,25 @@ def test_only_versions_yml_holds_pins(ansible_repo) -> None:
         defaults = load(ansible_repo, "roles", role, "defaults", "main.yml")
         for option in options:
             assert defaults[option].startswith("{{ gpu_stack_versions."), f"{role}: {option} = {defaults[option]}"
+    # The burn-in's tools: the same for every stack, pinned beside the stacks.
+    burnin = {"dcgm": ["dcgm_version"], "nccl_tests": ["nccl_tests_version", "nccl_tests_sha256"]}
+    for role, options in burnin.items():
+        defaults = load(ansible_repo, "roles", role, "defaults", "main.yml")
+        for option in options:
+            assert defaults[option].startswith("{{ gpu_burnin_versions."), f"{role}: {option} = {defaults[option]}"
+
+
+@pytest.mark.parametrize("site", ["prod", "lab"])
+def test_burnin_tools_are_pinned_with_a_checksum(ansible_repo, site) -> None:
+    """DCGM's version and nccl-tests' release and tarball sha256 (64 hex digits, never empty: the role refuses
+    an unchecked download) are in versions.yml; the lab pins them too, and switches both roles off."""
+    versions = load(ansible_repo, "inventory", site, "group_vars", "all", "versions.yml")["gpu_burnin_versions"]
+    assert re.fullmatch(r"4\.\d+\.\d+", versions["dcgm_version"]), versions
+    assert re.fullmatch(r"2\.\d+\.\d+", versions["nccl_tests_version"]), versions
+    assert re.fullmatch(r"[0-9a-f]{64}", versions["nccl_tests_sha256"]), versions
+    if site == "lab":
+        lab = load(ansible_repo, "inventory", "lab", "group_vars", "all", "lab.yml")
+        assert lab["dcgm_enabled"] is False and lab["nccl_tests_enabled"] is False
 
 
 def test_lab_builds_horovod_without_nccl_and_prod_with_it(ansible_repo) -> None:

@@ -36,6 +36,10 @@ UNHASHED = {
         "the controller builds this checkout (--no-deps); pip fetches the build backend (setuptools) for its "
         "isolated build unhashed (pip applies no hashes to build dependencies); gpucheck_agent_build_args: "
         "[--no-build-isolation] builds with the controller's own setuptools instead",
+    ("gpucheck_agent", "gpu_extra.yml", "Install the gpu extra from the index (no lock)"):
+        "only with gpucheck_agent_gpu_extra_locked: false (a site whose index serves other versions)",
+    ("gpucheck_agent", "gpu_extra.yml", "Remove the CuPy wheel of the other CUDA major"):
+        "pip uninstall (state: absent): nothing comes from an index",
     ("gpucheck_agent", "main.yml", "Reinstall the gpucheck agent"):
         "the handler reinstalls the local wheel with --no-deps: nothing comes from an index",
 }
@@ -137,7 +141,8 @@ def versions_of(pins: dict[str, set[str]]) -> dict[str, str]:
     return {pin.split("==")[0]: pin.split("==")[1].split(" ;")[0] for pin in pins}
 
 
-ALL_LOCKS = sorted(LOCKS.glob("*.txt")) + [AGENT_LOCK]
+GPU_LOCKS = sorted(AGENT_LOCK.parent.glob("gpu-*.lock"))
+ALL_LOCKS = sorted(LOCKS.glob("*.txt")) + [AGENT_LOCK] + GPU_LOCKS
 
 
 @pytest.mark.parametrize("path", ALL_LOCKS, ids=[p.name for p in ALL_LOCKS])
@@ -204,6 +209,23 @@ def test_the_agent_lock_covers_pyproject_dependencies() -> None:
     for dependency in map(Requirement, dependencies):
         assert dependency.specifier.contains(versions[canonicalize_name(dependency.name)]), dependency
     assert not any(" ; " in pin for pin in pins)  # one set for python 3.10-3.12
+
+
+def test_the_gpu_extra_has_a_lock_per_cupy_wheel_at_the_roles_version() -> None:
+    """One lock per wheel the role can choose, each pinning CuPy at gpucheck_agent_cupy_version, for every
+    python an agent virtualenv has (Ubuntu 22.04 3.10, Debian 12 and RHEL 9 3.11, Ubuntu 24.04 3.12)."""
+    defaults = yaml.safe_load((REPO / "roles" / "gpucheck_agent" / "defaults" / "main.yml").read_text())
+    spec = yaml.safe_load((REPO / "roles" / "gpucheck_agent" / "meta" / "argument_specs.yml").read_text())
+    wheels = [c for c in spec["argument_specs"]["main"]["options"]["gpucheck_agent_gpu_extra"]["choices"]
+              if c.startswith("cupy-")]
+    assert [p.name for p in GPU_LOCKS] == [f"gpu-{wheel}.lock" for wheel in sorted(wheels)]
+    for wheel in wheels:
+        header, requirements, pins = read_lock(AGENT_LOCK.parent / f"gpu-{wheel}.lock")
+        assert requirements == [f"{wheel}=={defaults['gpucheck_agent_cupy_version']}"], "regenerate: docs/pip_locks.py"
+        assert versions_of(pins)[wheel] == defaults["gpucheck_agent_cupy_version"]
+        assert "CPython 3.10, 3.11, 3.12 on manylinux x86_64" in header["Resolved"]
+        assert len(pins[f"{wheel}=={defaults['gpucheck_agent_cupy_version']}"]) == 3  # cp310, cp311, cp312
+    assert defaults["gpucheck_agent_gpu_extra_locked"] is True
 
 
 def test_the_lab_installs_what_its_lock_was_made_for() -> None:

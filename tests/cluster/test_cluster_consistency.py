@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from cluster_helpers import node_report
 
 from gpucheck.cluster.consistency import compare
@@ -70,3 +72,101 @@ def test_a_version_not_found_differs_from_a_version() -> None:
 def test_one_node_has_nothing_to_compare_against() -> None:
     results = compare(facts(1))
     assert [r.status for r in results] == [Status.SKIP]
+
+
+# ---------------------------------------------------------------- gpu.sdc: the same bits across nodes
+
+GOOD = hashlib.sha256(b"the seeded bf16 GEMM's result").hexdigest()
+BAD = hashlib.sha256(b"one flipped bit").hexdigest()
+OTHER = hashlib.sha256(b"the same GEMM under another cuBLAS").hexdigest()
+KEY = "h100-sxm5-80gb | cupy 14.2.0 | cuBLAS 120804 | driver 580.159.04"
+KEY2 = "h100-sxm5-80gb | cupy 14.2.0 | cuBLAS 120902 | driver 580.159.04"
+
+
+def sdc(checksum: str = GOOD, key: str = KEY, disagree: list[str] | None = None) -> dict:
+    return {"burnin": {"gpus": {}, "sdc": {"checksum": checksum, "key": key, "disagree": disagree or []}}}
+
+
+def sdc_results(fleet: dict[str, dict]) -> dict:
+    return {r.check: r for r in compare(fleet) if r.check.startswith("cluster.consistency.sdc")}
+
+
+def test_sdc_same_bits_on_every_node_passes() -> None:
+    results = sdc_results(facts(4, **{f"node0{i}": sdc() for i in range(1, 5)}))
+    assert list(results) == [f"cluster.consistency.sdc[{KEY}]"]
+    result = results[f"cluster.consistency.sdc[{KEY}]"]
+    assert result.status == Status.PASS and result.nodes == {}
+    assert result.reason == f"all 4 nodes compute the same bits ({GOOD[:16]})"
+
+
+def test_sdc_the_node_computing_other_bits_is_named_and_blamed() -> None:
+    fleet = facts(5, **{f"node0{i}": sdc(BAD if i == 3 else GOOD) for i in range(1, 6)})
+    result = sdc_results(fleet)[f"cluster.consistency.sdc[{KEY}]"]
+    assert result.status == Status.FAIL and result.expected == GOOD
+    assert result.reason == f"different bits: node03: {BAD[:16]}, 4 others: {GOOD[:16]}"
+    assert result.nodes == {"node03": f"computes different bits: {BAD[:16]}, not {GOOD[:16]} as 4 others"}
+    assert result.measured == {GOOD: ["node01", "node02", "node04", "node05"], BAD: ["node03"]}
+
+
+def test_sdc_nodes_with_other_library_versions_are_not_compared() -> None:
+    fleet = facts(4, node01=sdc(), node02=sdc(), node03=sdc(OTHER, KEY2), node04=sdc(OTHER, KEY2))
+    results = sdc_results(fleet)
+    assert set(results) == {f"cluster.consistency.sdc[{KEY}]", f"cluster.consistency.sdc[{KEY2}]"}
+    assert all(r.status == Status.PASS and not r.nodes for r in results.values())
+    assert results[f"cluster.consistency.sdc[{KEY2}]"].reason == f"all 2 nodes compute the same bits ({OTHER[:16]})"
+
+
+def test_sdc_nodes_without_a_checksum_are_listed_not_compared() -> None:
+    fleet = facts(4, node01=sdc(), node02=sdc(), node03=sdc())
+    fleet["node02"]["burnin"]["sdc"] = None  # its gpu.sdc could not run
+    result = sdc_results(fleet)["cluster.consistency.sdc"]
+    assert result.status == Status.SKIP and result.measured == {"not_compared": ["node02", "node04"]}
+    assert result.reason == ("not compared: node02, node04 reported no gpu.sdc checksum (their own gpu.sdc result "
+                             "says why)")
+    assert sdc_results(fleet)[f"cluster.consistency.sdc[{KEY}]"].reason.startswith("all 2 nodes")
+
+
+def test_sdc_a_split_without_majority_fails_and_blames_nobody() -> None:
+    result = sdc_results(facts(2, node01=sdc(GOOD), node02=sdc(BAD)))[f"cluster.consistency.sdc[{KEY}]"]
+    assert result.status == Status.FAIL and result.nodes == {} and result.expected is None
+    assert result.reason.startswith("different bits and no majority to say which are wrong: ")
+    assert f"node01: {GOOD[:16]}" in result.reason and f"node02: {BAD[:16]}" in result.reason
+    assert "rerun with a third node of the same key" in result.reason
+
+
+def test_sdc_a_key_only_one_node_has_is_not_compared() -> None:
+    fleet = facts(3, node01=sdc(), node02=sdc(), node03=sdc(OTHER, KEY2))
+    result = sdc_results(fleet)[f"cluster.consistency.sdc[{KEY2}]"]
+    assert result.status == Status.SKIP and result.nodes == {}
+    assert result.reason == f"only node03 has {KEY2}: no other node to compare its checksum with"
+
+
+def test_sdc_a_node_whose_own_gpus_disagree_is_blamed_by_the_cluster_too() -> None:
+    fleet = facts(3, node01=sdc(), node02=sdc(disagree=["GPU3"]), node03=sdc())
+    result = sdc_results(fleet)[f"cluster.consistency.sdc[{KEY}]"]
+    assert result.status == Status.FAIL
+    assert result.nodes == {"node02": "its own GPUs compute different bits (GPU3): see its gpu.sdc"}
+    assert result.reason == (f"all 3 nodes compute the same bits ({GOOD[:16]}); node02: its own GPUs compute "
+                             "different bits (GPU3): see its gpu.sdc")
+
+
+def test_sdc_nothing_when_no_node_ran_the_burn_in() -> None:
+    assert sdc_results(facts(4)) == {}
+
+
+def test_sdc_the_odd_node_is_drained_by_the_consistency_stage() -> None:
+    from gpucheck.cluster import handoff, stages
+    from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
+    from gpucheck.cluster.inventory import Host, Inventory
+
+    names = ["node01", "node02", "node03"]
+    hosts = [Host(n, "127.0.0.1", 2200 + i, "root", None, (), True) for i, n in enumerate(names)]
+    ctx = ClusterContext(Options(), Inventory(["hosts.yml"], "gpu_nodes", None, hosts))
+    for name in names:
+        report = node_report(name)
+        report["facts"].update(sdc(BAD if name == "node02" else GOOD))
+        ctx.nodes[name] = NodeOutcome(name, Status.PASS, "x", "report", 1.0, 0, report)
+    stages.run_stage("consistency", stages.consistency, ctx)
+    assert handoff.drain(ctx) == [("node02", f"gpucheck: cluster.consistency.sdc[{KEY}] computes different bits: "
+                                             f"{BAD[:16]}, not {GOOD[:16]} as 2 others")]
+    assert handoff.overall_exit(ctx) == 2

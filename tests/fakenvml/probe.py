@@ -95,6 +95,8 @@ GPU_CALLS: dict[str, Callable[[Any], Any]] = {
     "remapped_rows": lambda h: list(nv.nvmlDeviceGetRemappedRows(h)),
     "clocks_event_reasons": nv.nvmlDeviceGetCurrentClocksEventReasons,
     "clocks_throttle_reasons": nv.nvmlDeviceGetCurrentClocksThrottleReasons,
+    "sm_clock_MHz": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+    "mem_clock_MHz": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
     "temperature": lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
     "temperature_v": lambda h: nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU),
     "threshold_shutdown": lambda h: nv.nvmlDeviceGetTemperatureThreshold(

@@ -34,7 +34,8 @@ REQUIRED = {
 }
 # ... and a few more that are cheap and likely to be wanted.
 EXTRA = {"nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetTemperatureV",
-         "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByPciBusId_v2"}
+         "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByPciBusId_v2",
+         "nvmlDeviceGetClockInfo"}  # the SM clock the burn-in samples
 # Function names a `hang`/`fail` rule may use: every exported symbol but nvmlErrorString.
 RULE_FUNCTIONS = sorted((REQUIRED | EXTRA) - {"nvmlErrorString"})
 

@@ -75,6 +75,8 @@ def test_dgx_h100_gpu_values(healthy: ProbeResult, gpu: int) -> None:
     assert v("remapped_rows") == [0, 0, 0, 0]
     assert v("clocks_event_reasons") == 0x1  # GPU idle only
     assert v("clocks_throttle_reasons") == 0x1
+    assert v("sm_clock_MHz") == 345  # idle
+    assert healthy.error("mem_clock_MHz", gpu) == "NVMLError_NotSupported"  # only the SM clock is modelled
     assert v("temperature") == H100_TEMPS[gpu]
     assert v("temperature_v") == H100_TEMPS[gpu]
     assert (v("threshold_shutdown"), v("threshold_slowdown"), v("threshold_gpu_max"), v("threshold_mem_max")) == (
@@ -138,6 +140,13 @@ def test_h100_1gpu_is_the_measured_gpu(run_probe) -> None:
     assert r.error("fabric_v3", 0) == "NVMLError_NotSupported"
 
 
+def test_h100_1gpu_burn_is_the_measured_gpu_under_load(run_probe) -> None:
+    idle, burn = run_probe("h100-1gpu"), run_probe("h100-1gpu-burn")
+    assert _diff(idle, burn) == {(0, "clocks_event_reasons"): _val(0x4), (0, "clocks_throttle_reasons"): _val(0x4),
+                                 (0, "sm_clock_MHz"): _val(1380), (0, "temperature"): _val(58),
+                                 (0, "temperature_v"): _val(58), (0, "power_usage_mW"): _val(698960)}
+
+
 def test_p100(run_probe) -> None:
     r = run_probe("p100")
     assert r.value("name", 0) == "Tesla P100-PCIE-16GB"
@@ -196,7 +205,7 @@ def test_each_fault_changes_exactly_its_answers(healthy: ProbeResult, run_probe,
 
 def test_every_scenario_file_is_covered_by_a_test() -> None:
     tested = set(FAULTS) | {"dgx-h100", "dgx-a100", "t4", "p100", "driver-mismatch", "hang", "h100-1gpu",
-                            "hang-shutdown"}
+                            "hang-shutdown", "h100-1gpu-burn"}
     present = {p.stem for p in scenario_path("dgx-h100").parent.glob("*.scn")}
     assert present == tested
 

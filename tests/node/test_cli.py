@@ -181,3 +181,33 @@ def test_whatever_escapes_a_command_is_one_line_and_exit_3(monkeypatch, capsys):
     assert capsys.readouterr().err == "gpucheck: internal error: KeyError: 'gpu' (please report)\n"
     monkeypatch.setitem(cli.HANDLERS, "checks", lambda args: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert main.main(["checks"]) == 3 and capsys.readouterr().err == "gpucheck: interrupted\n"
+
+
+# ---------------------------------------------------------------- the burn-in's options
+
+@pytest.mark.parametrize("args,words", [
+    (["node", "--burn-seconds", "0.5"], "must be at least 1"),
+    (["node", "--burn-seconds", "0"], "must be greater than 0"),
+    (["node", "--burn-seconds", "90000"], "must be at most 86400 (one day)"),
+    (["node", "--burn-seconds", "soon"], "'soon' is not a number of seconds"),
+    (["node", "--only", "gpu.burn", "--burn-seconds", "600"],
+     "--burn-seconds (600) must be shorter than --bench-timeout (600)"),
+    (["node", "--only", "gpu.memtest*"], "the GPU burn-in gpu.gemm"),
+])
+def test_bad_burn_in_options_are_one_line_and_exit_3(args, words):
+    assert words in one_line_error(run_gpucheck(args))
+
+
+def test_help_says_which_checks_are_active_and_how_long_the_burn_takes():
+    text = " ".join(run_gpucheck(["node", "--help"]).stdout.split())
+    for check in ("gpu.gemm", "gpu.memory_bandwidth", "gpu.host_bandwidth", "gpu.p2p_bandwidth", "gpu.memtest",
+                  "gpu.burn", "gpu.sdc", "bw.nccl_allreduce"):
+        assert check in text
+    assert "--burn-seconds SECONDS" in text and "default 60 s" in text and "(seconds, 1 to 86400 = one day)" in text
+
+
+def test_checks_lists_the_burn_in_checks_as_active():
+    lines = {line.split()[0]: line for line in run_gpucheck(["checks"]).stdout.splitlines()}
+    for check in ("gpu.gemm", "gpu.memory_bandwidth", "gpu.host_bandwidth", "gpu.p2p_bandwidth", "gpu.memtest",
+                  "gpu.burn", "gpu.sdc"):
+        assert lines[check].endswith("[--full]"), lines.get(check)

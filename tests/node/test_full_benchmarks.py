@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from gpucheck.model import Status
 from lab.fakenvml import build_library, env_for, scenario_path
 from support import REAL, by_check, report_of, run_gpucheck
 
@@ -81,3 +82,84 @@ def test_benchmarks_need_full(fake_bin, tmp_path):
     checks = by_check(report_of(run_gpucheck(["node", "--profile", "generic", "--only", "bw", "host",
                                                "--format", "json"], env)))
     assert not any(name.startswith("bw.") for name in checks) and "host.disk" in checks
+
+
+# ------------------------------------------------------- the built-in all-reduce when all_reduce_perf is absent
+
+STANDIN_ALLREDUCE = """
+import json, os, sys
+def line(event, **fields):
+    print("GPUCHECK_GPUWORK " + json.dumps({"event": event, **fields}), flush=True)
+how = os.environ["STANDIN_HOW"]
+if how == "unavailable":
+    line("unavailable", reason="CuPy is not installed: install gpucheck's gpu extra (pip install 'gpucheck[gpu]')")
+    sys.exit(3)
+gpus = len(os.environ["CUDA_VISIBLE_DEVICES"].split(","))
+line("begin", cupy="14.2.0")
+if how == "hang":
+    import time
+    time.sleep(600)
+busbw, wrong = {"fast": (452.0, 0), "slow": (180.5, 0), "corrupt": (452.0, 96)}[how]
+line("result", test="allreduce", error=None, fault=None, gpus=gpus, bytes=int(sys.argv[sys.argv.index("--bytes") + 1]),
+     seconds_per_iteration=0.05, algbw_GBps=busbw * gpus / (2 * (gpus - 1)), busbw_GBps=busbw, wrong=wrong,
+     nccl_version=22803)
+line("end")
+"""
+
+
+@pytest.fixture
+def builtin(tmp_path, monkeypatch):
+    """bandwidth.collect on a node without all_reduce_perf, the built-in replaced by a stand-in that behaves as
+    STANDIN_HOW says; returns (facts, the check's result) for a profile."""
+    from gpucheck.node import Context, bandwidth
+    from gpucheck.profiles import load
+
+    (tmp_path / "standin_allreduce.py").write_text(STANDIN_ALLREDUCE)
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setattr(bandwidth, "BUILTIN", "standin_allreduce")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+
+    def run(how: str, profile: str, gpus: int = 8, memory_MiB: int = 81559, bench_timeout: float = 30.0):
+        monkeypatch.setenv("STANDIN_HOW", how)
+        nvml = {"gpus": [{"index": i, "lost": False, "uuid": f"GPU-{i}", "memory_total_MiB": memory_MiB}
+                         for i in range(gpus)]}
+        ctx = Context(bench_timeout=bench_timeout, profile=load(profile), facts={"nvml": nvml})
+        facts = bandwidth.collect(ctx)
+        return facts, bandwidth.allreduce({"nvml": nvml, "nccl_bw": facts}, ctx.profile)
+
+    return run
+
+
+def test_the_builtin_all_reduce_is_judged_as_all_reduce_perf(builtin):
+    facts, result = builtin("fast", "dgx-h100")
+    assert not facts["available"] and facts["builtin"]["bytes"] == 8 * 1024**3
+    assert result.status == Status.PASS and result.measured == 452.0
+    assert "across 8 GPUs (the built-in NCCL all-reduce; all_reduce_perf (nccl-tests) not found" in result.reason
+    _, slow = builtin("slow", "dgx-h100")
+    assert slow.status == Status.FAIL and "bus bandwidth 180.5 GB/s < 400 GB/s" in slow.reason
+    _, corrupt = builtin("corrupt", "generic")  # no minimum in the generic profile: wrong values fail all the same
+    assert corrupt.status == Status.FAIL and corrupt.reason.startswith("96 wrong values")
+
+
+def test_the_builtin_buffer_fits_a_small_gpu(builtin):
+    facts, result = builtin("fast", "dgx1-v100", memory_MiB=16160)
+    assert facts["builtin"]["bytes"] == 16160 * 1024**2 // 4 and result.status == Status.PASS
+
+
+def test_no_figure_from_either_is_an_error_only_where_required(builtin):
+    _, required = builtin("unavailable", "dgx-h100")
+    assert required.status == Status.ERROR and "the built-in NCCL all-reduce cannot run: CuPy is not" in required.reason
+    _, optional = builtin("unavailable", "generic")
+    assert optional.status == Status.SKIP and "CuPy is not installed" in optional.reason
+
+
+def test_one_gpu_has_no_bus_bandwidth(builtin):
+    facts, result = builtin("fast", "dgx-h100", gpus=1)
+    assert facts["builtin"] == {"gpus": 1, "one_gpu": True}
+    assert result.status == Status.SKIP and result.reason.startswith("one GPU: no bus bandwidth")
+
+
+def test_a_hung_builtin_is_killed_at_the_bench_timeout(builtin):
+    _, result = builtin("hang", "generic", bench_timeout=1.0)
+    assert result.status == Status.ERROR and "killed at --bench-timeout (1 s)" in result.reason

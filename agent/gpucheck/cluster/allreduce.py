@@ -3,9 +3,13 @@
 Where nccl-tests is installed on the launcher (`all_reduce_perf` on PATH): one rank per node driving
 all its GPUs (`mpirun ... all_reduce_perf -b SIZE -e SIZE -g GPUS -c 1`, one large size: "Avg bus
 bandwidth" would average a whole sweep), parsed by parsers.nccl_tests, busbw against the profile's
-bandwidth.nccl_allreduce_busbw_GBps_min. Otherwise the built-in benchmark
+bandwidth.nccl_allreduce_internode_busbw_GBps_min. Otherwise the built-in benchmark
 (workloads/allreduce_bench.py) with the stack's Horovod under mpirun: NCCL on GPU nodes, MPI/Gloo on
-CPU nodes, computed as nccl-tests computes busbw."""
+CPU nodes, computed as nccl-tests computes busbw.
+
+Across nodes the data crosses the network, slower than NVLink inside one node: the stage is judged
+against the inter-node minimum, and against the node's own (intra-node) nccl_allreduce_busbw_GBps_min
+only when the profile states no inter-node one. The reason names the key that judged it."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from .nodes import participants, remote_hosts, threshold, unknown_thresholds
 from .ssh import RemoteHosts
 
 CHECK = "cluster.allreduce"
+INTERNODE_KEY = "nccl_allreduce_internode_busbw_GBps_min"
+INTRANODE_KEY = "nccl_allreduce_busbw_GBps_min"
 DEFAULT_SIZE_B = 8 * 1024**3
 REMEDIATION = ("run it by hand with NCCL_DEBUG=INFO (which transport: NET/IB or Socket?); check the IB links "
                "(cluster.network), GPUDirect RDMA and the NCCL version on every node")
@@ -32,6 +38,21 @@ def _human(size: int) -> str:
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return str(size)
+
+
+def minimum_for(ctx: ClusterContext, nodes: list[str]) -> tuple[float | None, str]:
+    """(the bus bandwidth minimum, the words naming where it came from) for an all-reduce across `nodes`."""
+    if len(nodes) > 1:
+        internode = threshold(ctx, nodes, "bandwidth", INTERNODE_KEY)
+        if internode is not None:
+            return internode, f"bandwidth.{INTERNODE_KEY}"
+        fallback = threshold(ctx, nodes, "bandwidth", INTRANODE_KEY)
+        if fallback is not None:
+            return fallback, f"bandwidth.{INTRANODE_KEY}: the profile sets no {INTERNODE_KEY}"
+        return None, f"the profile sets neither {INTERNODE_KEY} nor {INTRANODE_KEY}: not judged"
+    minimum = threshold(ctx, nodes, "bandwidth", INTRANODE_KEY)
+    return minimum, (f"bandwidth.{INTRANODE_KEY}" if minimum is not None
+                     else f"the profile sets no {INTRANODE_KEY}: not judged")
 
 
 def allreduce_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
@@ -46,19 +67,19 @@ def allreduce_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list
     if probe.error and probe.kind != "timeout":
         return [ClusterResult(CHECK, Status.ERROR, reason=f"cannot reach the launcher {launcher}: {probe.describe()}",
                               duration_s=time.monotonic() - began)]
-    minimum = threshold(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
+    minimum, source = minimum_for(ctx, nodes)
     if probe.ok and probe.stdout.strip():
         binary = probe.stdout.strip().splitlines()[-1]
-        result = _nccl_tests(ctx, run, nodes, binary, minimum, ctx.options.stage_timeout)
+        result = _nccl_tests(ctx, run, nodes, binary, minimum, source, ctx.options.stage_timeout)
     else:
-        result = _builtin(ctx, run, nodes, minimum, ctx.options)
+        result = _builtin(ctx, run, nodes, minimum, source, ctx.options)
     result.reason += cast.note() + unknown_thresholds(ctx, nodes)  # the minimum is theirs
     result.duration_s = time.monotonic() - began
     return [result]
 
 
 def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary: str, minimum: float | None,
-                timeout: float) -> ClusterResult:
+                source: str, timeout: float) -> ClusterResult:
     size = int(threshold(ctx, nodes, "bandwidth", "nccl_allreduce_size_B") or DEFAULT_SIZE_B)
     gpus = min(jobs.ranks_per_node(ctx, n, True) for n in nodes)
     lay = jobs.Layout([(n, 1) for n in nodes])
@@ -86,15 +107,15 @@ def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary:
                              REMEDIATION, done.evidence())
     if minimum and busbw < minimum:
         return ClusterResult(CHECK, Status.FAIL, measured, expected,
-                             f"bus bandwidth {busbw:g} GB/s < {minimum:g} GB/s across {where}", REMEDIATION,
-                             done.evidence())
-    note = "" if minimum else " (the profile sets no nccl_allreduce_busbw_GBps_min: not judged)"
+                             f"bus bandwidth {busbw:g} GB/s < {minimum:g} GB/s ({source}) across {where}",
+                             REMEDIATION, done.evidence())
+    judged = f", >= {minimum:g} GB/s ({source})" if minimum else f" ({source})"
     return ClusterResult(CHECK, Status.PASS, measured, expected,
-                         f"bus bandwidth {busbw:g} GB/s across {where} (all_reduce_perf){note}",
+                         f"bus bandwidth {busbw:g} GB/s across {where} (all_reduce_perf){judged}",
                          evidence=done.evidence())
 
 
-def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: float | None,
+def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: float | None, source: str,
              options: Options) -> ClusterResult:
     stack = HOROVOD_STACK
     python, unusable = jobs.pythons(ctx, nodes, stack)
@@ -127,15 +148,16 @@ def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: f
                                               "element(s)"} for r in bad_rows]}
         blamed = jobs.blame_ranks(ranks, lay, done.timed_out)
         reasons = "; ".join(verdict["reasons"]) or done.describe()
+        if judged_min:
+            reasons += f" (minimum: {source})"
         status = Status.FAIL if verdict["reasons"] else Status.ERROR
         return ClusterResult(CHECK, status, measured, expected, f"all-reduce across {where}: {reasons}", REMEDIATION,
                              done.evidence(), nodes=blamed if status == Status.FAIL else {})
     if gpus:
-        note = "" if minimum else " (the profile sets no nccl_allreduce_busbw_GBps_min: not judged)"
+        note = f", >= {minimum:g} GB/s ({source})" if minimum else f" ({source})"
     else:
-        profile = threshold(ctx, nodes, "bandwidth", "nccl_allreduce_busbw_GBps_min")
         note = (" (CPU ranks: not judged against the GPU minimum"
-                + (f" {profile:g} GB/s" if profile else "; the profile sets none") + ")")
+                + (f" {minimum:g} GB/s, {source}" if minimum else f"; {source.split(':')[0]}") + ")")
     return ClusterResult(CHECK, Status.PASS, measured, expected,
                          f"bus bandwidth {busbw:.4g} GB/s across {where}, every element correct{note}",
                          evidence=done.evidence())

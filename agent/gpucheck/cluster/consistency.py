@@ -1,5 +1,6 @@
 """Do the nodes agree? Driver, CUDA driver, each library per consumer, each framework per stack, GPU
-models and count, and the profile each node chose. Pure: node facts in, results out."""
+models and count, the profile each node chose, and (after a burn-in) the bits the same seeded GEMM gave
+(consistency_sdc). Pure: node facts in, results out."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from ..model import Status
+from .consistency_sdc import compare_sdc
 from .context import ClusterResult
 
 PREFIX = "cluster.consistency."
@@ -91,4 +93,4 @@ def compare(facts_by_node: dict[str, dict[str, Any]]) -> list[ClusterResult]:
             keys.setdefault(key, label)
     order = [k for k in TOP_LEVEL if k in keys] + sorted(k for k in keys if k not in TOP_LEVEL)
     return [compare_key(key, keys[key], {node: entries.get(key, (None, MISSING))[1] for node, entries in flat.items()})
-            for key in order]
+            for key in order] + compare_sdc(facts_by_node)

@@ -43,6 +43,8 @@ class Context:
     xid_lookback_s: float | None = None  # --xid-lookback; None: kernel_log.XID_LOOKBACK_S (24 h)
     xid_since_boot: bool = False  # --xid-since boot: every Xid of this boot, no look-back, no last clean run
     interpreters: Interpreters = field(default_factory=Interpreters)  # the stacks' pythons, as this run found them
+    selected: tuple[str, ...] | None = None  # the ids of the checks this run evaluates; None: not known (all)
+    burn_seconds: float = 60.0  # --burn-seconds: how long gpu.burn loads each GPU
 
     @property
     def call_limit(self) -> float:

@@ -25,6 +25,8 @@ from . import (
     CollectError,
     Context,
     bandwidth,
+    burnin,
+    dcgm,
     frameworks,
     gpu,
     health,
@@ -34,10 +36,12 @@ from . import (
     libraries,
     links,
     nvml,
+    p2p,
     pins,
 )
 
-DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, pins, bandwidth, host]
+# The burn-in (burnin, p2p, dcgm) before bw.*: each loads the GPUs in turn, never two at once.
+DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, pins, burnin, p2p, dcgm, bandwidth, host]
 
 
 class UsageError(Exception):
@@ -71,7 +75,9 @@ def select_checks(only: list[str], skip: list[str], full: bool) -> list[Check]:
     chosen = [c for c in chosen if not any(_matches(c, p) for p in skip)]
     chosen = [c for c in chosen if not c.active or full or c.id in only]
     if not chosen:
-        raise UsageError("no check left to run (the bw.* benchmarks and host.read_throughput need --full)")
+        active = [c.id for c in checks if c.active and c.id.startswith("gpu.")]
+        raise UsageError(f"no check left to run (the GPU burn-in {', '.join(active)}, the bw.* benchmarks and "
+                         "host.read_throughput need --full, or their exact id in --only)")
     return chosen
 
 
@@ -86,6 +92,7 @@ class Options:
     deadline: float | None = None  # seconds for the whole run; None: default_deadline
     xid_lookback_s: float | None = None  # None: kernel_log.XID_LOOKBACK_S
     xid_since_boot: bool = False
+    burn_seconds: float = 60.0  # --burn-seconds
 
 
 # The default --deadline: room for several probes to use their whole --timeout (a hung NVML call, a framework
@@ -208,6 +215,7 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
                    for s in (ctx.facts.get("frameworks") or {}).get("stacks", [])},
         "collect_seconds": gather.timings,
         "collect_errors": {name: exc.reason for name, exc in gather.failures.items()},
+        **({"burnin": burnin.summary(ctx.facts)} if "gpuwork" in ctx.facts else {}),
     }
 
 
@@ -216,8 +224,12 @@ def run_node(options: Options, config: NodeConfig) -> Report:
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     began = time.monotonic()
     checks = select_checks(options.only or [], options.skip or [], options.full)
+    if any(c.id == "gpu.burn" for c in checks) and options.burn_seconds >= options.bench_timeout:
+        raise UsageError(f"--burn-seconds ({options.burn_seconds:g}) must be shorter than --bench-timeout "
+                         f"({options.bench_timeout:g}): each GPU's worker is killed at --bench-timeout, burn included")
     ctx = Context(timeout=options.timeout, bench_timeout=options.bench_timeout, config=config,
-                  xid_lookback_s=options.xid_lookback_s, xid_since_boot=options.xid_since_boot)
+                  xid_lookback_s=options.xid_lookback_s, xid_since_boot=options.xid_since_boot,
+                  selected=tuple(c.id for c in checks), burn_seconds=options.burn_seconds)
     deadline = options.deadline or default_deadline(options.timeout, options.bench_timeout, options.full)
     gather = Gatherer(ctx, deadline, began)
     profile = choose_profile(options.profile, config, gather)

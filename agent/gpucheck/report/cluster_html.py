@@ -1,5 +1,5 @@
 """The cluster report as report.html: one self-contained page (inline CSS and SVG, no external asset)
-with the verdict banner, the drain list, cluster checks, charts and the nodes. Any value may be odd
+with the verdict banner, the drain list, cluster checks, charts, the GPU burn-in and the nodes. Any value may be odd
 (a node's text, a figure that is not a number): each is escaped and shown as text."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .cluster_burnin import burnin_section
 from .cluster_drain import render_drain
 from .cluster_wording import number, published_scaling, status_of, verdict
+from .html_burnin import render_burnin
 from .html_charts import pair_heatmap_svg, scaling_chart_svg
 from .html_parts import COLOURS, CSS, NEUTRAL, badge, esc, tint
 from .values import show
@@ -99,6 +101,9 @@ def render_html(doc: dict[str, Any]) -> str:
     if scaling:
         body.append("<h2>Scaling efficiency</h2>" + scaling_chart_svg(scaling)
                     + f'<p class="note">Published references: {esc(published_scaling())}.</p>')
+    burnin = burnin_section(doc)
+    if burnin:
+        body.append(render_burnin(burnin))
     body.append("<h2>Nodes</h2>" + nodes_table(doc))
     body.append(f'<p class="note">gpucheck {esc(doc.get("gpucheck_version", ""))} · written {esc(doc.get("written"))}'
                 " · everything is in report.json</p></main>")

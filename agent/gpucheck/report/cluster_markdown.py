@@ -1,13 +1,16 @@
-"""The cluster report as report.md: the verdict, the drain list, what did not pass, nodes, pairs, scaling.
-Any value may be odd (a node's text, a figure that is not a number): each is shown as text in its cell."""
+"""The cluster report as report.md: the verdict, the drain list, what did not pass, nodes, the GPU burn-in,
+pairs, scaling. Any value may be odd (a node's text, a figure that is not a number): each is shown as text
+in its cell."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from .cluster_burnin import burnin_section, heading, reference_text, share
 from .cluster_drain import render_drain
 from .cluster_wording import counts_text, number, published_scaling, status_of, verdict
+from .gpu_figures import number_text
 
 BREAKS = re.compile(r"[\r\n\x00-\x08\x0b-\x1f\x7f\u2028\u2029]+")
 
@@ -23,6 +26,46 @@ def _code(text: Any) -> str:
 
 def _items(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return [x for x in doc.get(key) or () if isinstance(x, dict)]
+
+
+def burnin_cell(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return ""
+    if "of_median" not in cell:  # not compared (memtest bad words)
+        return number_text(cell["value"])
+    text = f"{number_text(cell['value'])} ({share(cell['of_median'])} / {share(cell['of_reference'])})"
+    return f"**{text}**" if cell.get("straggler") else text
+
+
+def burnin_lines(section: dict[str, Any]) -> list[str]:
+    """The burn-in section: stragglers, memory errors, the fleet per SKU, then every node and GPU."""
+    fraction = section["fraction"]
+    lines = ["", "## GPU burn-in", "",
+             f"{len(section['gpus'])} GPU(s) on {section['nodes']} node(s). Each figure: its value (its share of the "
+             "fleet median of GPUs of its SKU / of the figure its node judged it against: the data sheet, or the "
+             f"PCIe link for host copies). A straggler is below {fraction:g} x its SKU's fleet median.", "",
+             "### Stragglers", ""]
+    lines += [f"- {_cell(s['node'])} {_cell(s['gpu'])} ({_cell(s['sku'])}): {_cell(heading(s['figure']))} "
+              f"{number_text(s['value'])} = {share(s['of_median'])} of the fleet median {number_text(s['median'])}"
+              for s in section["stragglers"]] or [f"None: every GPU is within {fraction:g} x its SKU's fleet median."]
+    if section["memory_errors"]:
+        lines += ["", "### Memory errors (memtest)", ""]
+        lines += [f"- {_cell(m['node'])} {_cell(m['gpu'])}: {m['bad_words']} bad word(s)"
+                  for m in section["memory_errors"]]
+    lines += ["", "### Fleet", "", "| SKU | figure | GPUs | median | min | max | SKU figure (median's share) |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {_cell(f['sku'])} | {_cell(heading(f['figure']))} | {f['gpus']} | "
+              f"{number_text(f['median']) if f['median'] is not None else '-'} | {number_text(f['min'])} | "
+              f"{number_text(f['max'])} | {reference_text(f)} |" for f in section["fleet"]]
+    figures = section["figures"]
+    lines += ["", "### Per GPU", "", "| node | GPU | SKU | " + " | ".join(heading(f) for f in figures) + " |",
+              "|---|---|---|" + "---|" * len(figures)]
+    lines += [f"| {_cell(g['node'])} | {_cell(g['gpu'])} | {_cell(g['sku'])} | "
+              + " | ".join(burnin_cell(g["figures"].get(f)) for f in figures) + " |" for g in section["gpus"]]
+    if section["without"]:
+        lines += ["", "No burn-in figures from " + _cell(", ".join(section["without"]))
+                  + " (the burn-in runs with gpucheck cluster --full)."]
+    return lines
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -52,6 +95,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         node = node if isinstance(node, dict) else {}
         lines.append(f"| {_cell(host)} | {_cell(node.get('address', ''))} | {_cell(status_of(node).upper())} | "
                      f"{_cell(node.get('reason', ''))} | {number(node.get('wall_s') or 0, '.1f')} |")
+    burnin = burnin_section(doc)
+    if burnin:
+        lines += burnin_lines(burnin)
     pairs = _items(doc, "pairs")
     if pairs:
         lines += ["", "## Pair bandwidth", "", "| a | b | value | status |", "|---|---|---|---|"]

@@ -1,13 +1,29 @@
-"""The cluster run's last lines on the terminal: counts, odd nodes and checks, the drain list, where
-the report is, the verdict."""
+"""The cluster run's last lines on the terminal: counts, odd nodes and checks, the GPU burn-in's stragglers
+and memory errors, the drain list, where the report is, the verdict."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from .cluster_burnin import burnin_section, heading
 from .cluster_drain import one_line
 from .cluster_wording import counts_text, number, status_of, verdict
+
+
+def burnin_line(section: dict[str, Any], limit: int) -> str:
+    """`burn-in: 32 GPU(s) on 4 node(s); 1 straggler(s): node02 GPU3 gemm bf16 TFLOP/s 79% of median`."""
+    line = f"burn-in: {len(section['gpus'])} GPU(s) on {section['nodes']} node(s)"
+    stragglers = [f"{s['node']} {s['gpu']} {heading(s['figure'])} {number(s['of_median'], '.0%')} of median"
+                  for s in section["stragglers"]]
+    errors = [f"{m['node']} {m['gpu']} {m['bad_words']} bad word(s)" for m in section["memory_errors"]]
+    for what, items in (("straggler(s)", stragglers), ("memory error(s)", errors)):
+        if items:
+            more = f" and {len(items) - limit} more (report.md)" if len(items) > limit else ""
+            line += f"; {len(items)} {what}: " + ", ".join(items[:limit]) + more
+    if not stragglers and not errors:
+        line += ", no straggler, no memory error"
+    return one_line(line)
 
 
 def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10) -> str:
@@ -27,6 +43,9 @@ def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10)
         lines.append(f"  {status_of(result).upper():<7} {result.get('check')}: {one_line(result.get('reason', ''))}")
     if len(odd) > limit:
         lines.append(f"  ... and {len(odd) - limit} more cluster check(s) (report.md)")
+    burnin = burnin_section(doc)
+    if burnin:
+        lines.append(burnin_line(burnin, limit))
     drained = [str(d.get("node")) for d in doc.get("drain") or () if isinstance(d, dict)]
     if drained:
         shown = ", ".join(drained[:20]) + (f" and {len(drained) - 20} more" if len(drained) > 20 else "")

@@ -1,10 +1,11 @@
-"""The node report as a JUnit XML testsuite: one testcase per check."""
+"""The node report as a JUnit XML testsuite: one testcase per check; per-GPU figures in its system-out."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
 from ..model import Report, Status
+from . import gpu_figures
 from .junit_xml import document, failure_message
 
 
@@ -17,6 +18,7 @@ def render_junit(report: Report) -> str:
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=f"{report.host}.{r.check.split('.')[0]}",
                              name=r.check, time=f"{r.duration_s:.3f}")
+        figures = gpu_figures.lines(r.measured, r.expected)
         if r.status in (Status.FAIL, Status.WARN):
             node = ET.SubElement(case, "failure", message=failure_message(r.reason, r.measured, r.expected),
                                  type=r.status.value)
@@ -27,5 +29,8 @@ def render_junit(report: Report) -> str:
         elif r.status == Status.SKIP:
             ET.SubElement(case, "skipped", message=r.reason)
         else:
-            ET.SubElement(case, "system-out").text = r.reason
+            ET.SubElement(case, "system-out").text = "\n".join([r.reason, *figures])
+            continue
+        if figures:
+            ET.SubElement(case, "system-out").text = "\n".join(figures)
     return document(suite)

@@ -1,0 +1,1 @@
+"""The fake cupy_backends.cuda.api: see cupy/__init__.py."""

@@ -1,0 +1,70 @@
+"""`gpucheck node` runs the real burn-in programs end to end: the fake NVML library for NVML, the fake CuPy
+(tests/fakecupy, numpy underneath) or the real CuPy without a CUDA driver for the GPU work, dmesg replayed."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.fakenvml import build_library, env_for, scenario_path
+from support import ROOT, by_check, report_of, run_gpucheck
+
+FAKECUPY = ROOT / "tests" / "fakecupy"
+SMALL_GPU_B = 16 * 1024**2  # each fake GPU's free memory: every size shrinks to fit, so the run takes seconds
+
+
+@pytest.fixture
+def node(fake_bin, tmp_path):
+    config = tmp_path / "node.yaml"
+    config.write_text("{}\n")
+    fake_bin.add("dmesg", "[    5.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
+
+    def run(scenario: str, *args: str, fake_cupy: bool = True, timeout: float = 240, **knobs: str):
+        env = env_for(scenario_path(scenario), build_library())
+        env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config), FAKECUPY_FREE_BYTES=str(SMALL_GPU_B), **knobs)
+        if fake_cupy:
+            env["PYTHONPATH"] = str(FAKECUPY)
+        done = run_gpucheck(["node", "--format", "json", *args], env, timeout=timeout)
+        return done.returncode, by_check(report_of(done))
+
+    return run
+
+
+def test_a_healthy_fake_h100_is_measured_and_judged_against_its_data_sheet(node):
+    code, checks = node("h100-1gpu", "--profile", "h100-1gpu", "--only", "gpu.gemm", "gpu.memtest", "gpu.sdc",
+                        "--bench-timeout", "200")
+    memtest, sdc, gemm = checks["gpu.memtest"], checks["gpu.sdc"], checks["gpu.gemm"]
+    assert memtest["status"] == "pass" and memtest["measured"]["GPU0"]["bad_words"] == 0
+    assert memtest["measured"]["GPU0"]["coverage"] >= 0.85
+    assert sdc["status"] == "skip" and "one GPU" in sdc["reason"]
+    # numpy is no H100: the SKU's figures judge it, and it fails them (989 TFLOP/s bf16 on the data sheet)
+    assert gemm["status"] == "fail" and "bf16" in gemm["reason"] and "989" in str(gemm["expected"])
+    assert code == 2
+
+
+def test_bad_memory_words_fail_the_memtest_naming_the_gpu_and_offsets(node):
+    code, checks = node("h100-1gpu", "--profile", "h100-1gpu", "--only", "gpu.memtest", FAKECUPY_CORRUPT="3,1000")
+    memtest = checks["gpu.memtest"]
+    assert code == 2 and memtest["status"] == "fail"
+    assert memtest["measured"]["GPU0"]["bad_words"] == 2
+    # words 3 and 1000 are bytes 0x18 and 0x1f40
+    assert "GPU0 (00000000:00:06.0)" in memtest["reason"] and "offsets 0x18, 0x1f40" in memtest["reason"]
+
+
+def test_real_cupy_without_a_cuda_driver_is_one_clear_error(node):
+    code, checks = node("h100-1gpu", "--profile", "h100-1gpu", "--only", "gpu.memtest", "gpu.gemm",
+                        fake_cupy=False)
+    assert code == 3
+    for check in ("gpu.memtest", "gpu.gemm"):
+        assert checks[check]["status"] == "error"
+        assert "cudaErrorInsufficientDriver" in checks[check]["reason"]
+
+
+def test_a_wedged_gpu_costs_its_own_checks_and_the_other_gpus_report(node):
+    code, checks = node("dgx-h100", "--profile", "dgx-h100", "--only", "gpu.memtest", "gpu.sdc",  # GPU3 hangs
+                        "--bench-timeout", "20", FAKECUPY_HANG="memtest",
+                        FAKECUPY_FAULT_GPUS="GPU-eb1b57b5-2baa-14f9-d653-f3c8926fc103")
+    memtest = checks["gpu.memtest"]
+    assert code == 3 and memtest["status"] == "error"
+    assert "GPU3" in memtest["reason"] and "killed at --bench-timeout (20 s) during memtest" in memtest["reason"]
+    assert all(memtest["measured"][f"GPU{i}"]["bad_words"] == 0 for i in range(8) if i != 3)
+    assert checks["gpu.sdc"]["status"] == "pass"  # GPU3 delivered its checksum before its memtest hung
