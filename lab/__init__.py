@@ -1,6 +1,6 @@
 """The gpucheck lab: a real multi-host cluster on one machine, with simulated GPUs.
 
-Run it from the repository root as root: ``python -m lab --help``. One module per job:
+Run it from the repository root as root: ``python3 -m lab --help``. One module per job:
 
 - ``cli``        argument parsing and output (``__main__`` calls it)
 - ``cluster``    up / down / status / fault, recording every step in ``state``

@@ -1,4 +1,4 @@
-"""Entry point: `python -m lab` (run from the repository root)."""
+"""Entry point: `python3 -m lab` (run from the repository root)."""
 
 import sys
 

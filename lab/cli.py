@@ -1,4 +1,4 @@
-"""`python -m lab`: the command line of the lab (argument parsing and output only)."""
+"""`python3 -m lab`: the command line of the lab (argument parsing and output only)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ its own sshd; root logs in with a key the lab generates, checked against a known
 writes. A small proxy on the bridge lets hosts reach the package archives (Debian, PyPI) and
 nothing else. Each host sees simulated GPUs (lab/fakenvml) from its own scenario.
 
-Typical session (as root, from the repository root):
-  python -m lab up --hosts 3                 # hosts node01..node03, inventory/lab/hosts.yml
-  python -m lab status
-  python -m lab ssh node02 -- ls /etc/fakenvml   # any command; no command = interactive shell
+Typical session (as root, from the repository root, in the virtualenv `make` creates: . .venv/bin/activate):
+  python3 -m lab up --hosts 3                 # hosts node01..node03, inventory/lab/hosts.yml
+  python3 -m lab status
+  python3 -m lab ssh node02 -- ls /etc/fakenvml   # any command; no command = interactive shell
   ansible-playbook -i inventory/lab site.yml
-  python -m lab build                        # golden image: site.yml run once, later `up`s start provisioned
-  python -m lab fault node03 scenario ecc-uncorrected
-  python -m lab down                         # removes every namespace, link, mount and process
-  python -m lab demo                         # all of it: build, up 4 (one faulty), site.yml, validate, down
+  python3 -m lab build                        # golden image: site.yml run once, later `up`s start provisioned
+  python3 -m lab fault node03 scenario ecc-uncorrected
+  python3 -m lab down                         # removes every namespace, link, mount and process
+  python3 -m lab demo                         # all of it: build, up 4 (one faulty), site.yml, validate, down
 
 Exit codes: 0 done, 1 status: something is not as expected, 2 a fault/build step failed,
 3 could not run (not root, no namespaces, lab already up / not up, bad arguments).
@@ -49,15 +49,15 @@ kinds:
   drift PKG=VER        apt-get install another version of one Debian package
 
 examples:
-  python -m lab fault node02 down
-  python -m lab fault node03 scenario ecc-uncorrected
-  python -m lab fault node01 drift numpy==1.26.0
+  python3 -m lab fault node02 down
+  python3 -m lab fault node03 scenario ecc-uncorrected
+  python3 -m lab fault node01 drift numpy==1.26.0
 """
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="python -m lab", description=DESCRIPTION, formatter_class=fmt)
+    parser = argparse.ArgumentParser(prog="python3 -m lab", description=DESCRIPTION, formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("up", help="bring up N lab hosts and write inventory/lab/hosts.yml", formatter_class=fmt,
@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ssh", help="ssh into a host as root (interactive, or run CMD)",
                        description="ssh into a lab host as root with the lab's key and known_hosts, e.g."
-                                   " `python -m lab ssh node01 -- ls -l /etc/fakenvml`.")
+                                   " `python3 -m lab ssh node01 -- ls -l /etc/fakenvml`.")
     p.add_argument("host", help="host name (node01) or address")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="command to run (default: a login shell)")
 
@@ -180,7 +180,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
         return demo.run(args.playbook.resolve(), keep=args.keep, fault_scenario=args.fault, fresh=args.fresh,
                         stages=args.stages)
-    raise LabError("no command given: try `python -m lab --help`")
+    raise LabError("no command given: try `python3 -m lab --help`")
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     # command the same way Ctrl-C does: `up` then removes what it had created.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
-    parser = _parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed usage and a one-line error (exit 2)

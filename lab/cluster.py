@@ -47,7 +47,7 @@ def ssh_run(address: str, command: str, timeout: float = 60, stdin: str | None =
 def load_up() -> LabState:
     st = state.load()
     if st is None:
-        raise LabError("no lab is up: start one with `python -m lab up --hosts 3`")
+        raise LabError("no lab is up: start one with `python3 -m lab up --hosts 3`")
     return st
 
 
@@ -81,11 +81,11 @@ def up(opts: UpOptions) -> LabState:
     with state.locked():
         existing = state.load()
         if existing is not None:
-            raise LabError(f"a lab is already up ({describe(existing)}): run `python -m lab down` first")
+            raise LabError(f"a lab is already up ({describe(existing)}): run `python3 -m lab down` first")
         leftovers = _leftovers()
         if leftovers:
             raise LabError(f"pieces of an earlier lab are still here ({', '.join(leftovers[:3])}): "
-                           "run `python -m lab down` first")
+                           "run `python3 -m lab down` first")
         for name in sorted(set(scenarios)):
             gpus.scenario_file(name)  # fail before creating anything
         net.check_subnet(opts.subnet, opts.hosts)
@@ -99,7 +99,7 @@ def up(opts: UpOptions) -> LabState:
                 image = f"golden {found[0]}"
             else:
                 say(f"no golden image for {opts.playbook.name} as it is now: hosts start from the bare base "
-                    "(`python -m lab build` makes one)")
+                    "(`python3 -m lab build` makes one)")
         library = gpus.library()
         st = LabState(subnet=opts.subnet, bridge=config.BRIDGE, bridge_address=net.bridge_address(opts.subnet),
                       lowers=lowers, image=image, netns_dir_mounted_by_lab=not net.netns_dir_is_mount())
@@ -112,7 +112,7 @@ def up(opts: UpOptions) -> LabState:
             _teardown(st)
             raise
         say(f"lab is up: {plural(opts.hosts, 'host')} in {fmt_duration(time.monotonic() - begin)}; inventory "
-            f"{os.path.relpath(config.INVENTORY)}; try `python -m lab ssh node01`")
+            f"{os.path.relpath(config.INVENTORY)}; try `python3 -m lab ssh node01`")
         return st
 
 

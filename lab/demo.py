@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lab import cluster, config, golden, state
 from lab.errors import EXIT_FAIL, EXIT_OK, LabError
+from lab.playbook import run_playbook
 from lab.progress import fmt_duration, say, step
 
 HEALTHY = "dgx-h100"
@@ -87,7 +88,7 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
         fresh: bool = False, stages: str | None = None) -> int:
     cluster.require_root()
     if state.load() is not None:
-        raise LabError("a lab is already up: run `python -m lab down` first (the demo brings up its own)")
+        raise LabError("a lab is already up: run `python3 -m lab down` first (the demo brings up its own)")
     begin = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = REPORTS / f"demo-{stamp}"
@@ -102,11 +103,11 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
             cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, playbook=playbook))
         log = out_dir / "playbook.log"
         checked = out_dir / "playbook-validation"
-        with step(f"stage 3/5: ansible-playbook {playbook.name} -i inventory/lab"):
+        with step(f"stage 3/5: ansible-playbook {playbook.name} -i inventory/lab", f"task output in {log}"):
             # The 4th host is faulty on purpose: site.yml's own validation reports it without failing
             # the play, so that gpucheck cluster then judges the whole cluster.
-            code = golden.run_playbook(playbook, log, {"gpucheck_validate_fail": False,
-                                                       "gpucheck_validate_results_dir": str(checked)})
+            code = run_playbook(playbook, log, {"gpucheck_validate_fail": False,
+                                                "gpucheck_validate_results_dir": str(checked)})
             if code != 0:
                 raise LabError(f"the playbook failed on the lab (exit {code}); log {log}", code=EXIT_FAIL)
             say(_recap(log))
@@ -124,7 +125,7 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
               + ("" if ok else f"  (expected {faulty} only: the demo did NOT come out as it should)"))
     finally:
         if keep:
-            say("--keep: the lab stays up (`python -m lab down` removes it)")
+            say("--keep: the lab stays up (`python3 -m lab down` removes it)")
         else:
             say(cluster.down())
     say(f"demo finished in {fmt_duration(time.monotonic() - begin)}")

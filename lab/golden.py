@@ -8,16 +8,14 @@ host's own upper directory (`lowerdir=golden:base`).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from lab import cluster, config, images, state
 from lab.errors import EXIT_FAIL, LabError
 from lab.host import LAB_KEY_COMMENT
+from lab.playbook import run_playbook
 from lab.progress import fmt_duration, say, step
 from lab.run import run
 
@@ -29,14 +27,6 @@ HOST_ONLY = (
 )
 # Caches and leftovers of the run itself.
 SCRATCH = ("root/.ansible", "root/.cache", "tmp", "var/tmp")
-
-
-def ansible_playbook() -> str:
-    beside = Path(sys.executable).parent / "ansible-playbook"
-    found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")
-    if not found:
-        raise LabError("ansible-playbook is missing: install ansible-core (pip install ansible-core)")
-    return found
 
 
 def clean_layer(upper: Path) -> None:
@@ -80,23 +70,6 @@ def describe(key: str) -> str:
     return f"golden image {key} (built {when} in {took}, {meta.get('size_mb', '?')} MB)"
 
 
-def run_playbook(playbook: Path, log: Path, extra_vars: dict | None = None) -> int:
-    """ansible-playbook against the lab inventory; output shown as it comes and kept in log."""
-    cmd = [ansible_playbook(), "-i", str(config.INVENTORY), str(playbook)]
-    if extra_vars:
-        cmd += ["--extra-vars", json.dumps(extra_vars)]
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
-    with open(log, "w") as out, subprocess.Popen(
-        cmd, cwd=playbook.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        text=True, env=env,
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            sys.stderr.write("    " + line)
-        return proc.wait()
-
-
 def build(playbook: Path, fresh: bool = False) -> str:
     cluster.require_root()
     if not playbook.is_file():
@@ -105,14 +78,14 @@ def build(playbook: Path, fresh: bool = False) -> str:
     if images.find(playbook) and not fresh:
         return f"{describe(key)} is up to date for {playbook.name}; `build --fresh` rebuilds it"
     if state.load() is not None:
-        raise LabError("a lab is up: the build needs a fresh host; run `python -m lab down` first")
+        raise LabError("a lab is up: the build needs a fresh host; run `python3 -m lab down` first")
     begin = time.monotonic()
     log = config.CACHE_DIR / f"golden-{key}.log"
     say(f"building the golden image for {playbook} (key {key}); a full site.yml can take many minutes")
     cluster.up(cluster.UpOptions(hosts=1, golden=False, playbook=playbook))
     try:
         st = cluster.load_up()
-        with step(f"ansible-playbook {playbook.name} on {st.hosts[0].name}", f"log {log}"):
+        with step(f"ansible-playbook {playbook.name} on {st.hosts[0].name}", f"task output in {log}"):
             code = run_playbook(playbook, log)
             if code != 0:
                 raise LabError(f"the playbook failed (exit {code}); nothing was cached; full log {log}",
@@ -143,4 +116,5 @@ def build(playbook: Path, fresh: bool = False) -> str:
             images.prune(playbook, keep=key)
     finally:
         say(cluster.down())
-    return f"{describe(key)} is ready: `python -m lab up` hosts now start provisioned"
+    return (f"{describe(key)} is ready: `python3 -m lab up` hosts now start provisioned; the playbook's "
+            f"output: {images.golden_dir(key) / 'playbook.log'}")

@@ -119,5 +119,5 @@ def add_hang(dest_dir: Path, call: str = HANG_CALL) -> None:
     if not text.endswith("\n"):
         text += "\n"
     tmp = dest_dir / ".scenario.tmp"
-    tmp.write_text(text + f"# added by `python -m lab fault HOST hang`\nhang = {call}\n")
+    tmp.write_text(text + f"# added by `python3 -m lab fault HOST hang`\nhang = {call}\n")
     tmp.replace(scenario)

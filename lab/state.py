@@ -62,7 +62,7 @@ def load(path: Path = config.STATE_FILE) -> LabState | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise LabError(f"cannot read the lab state {path}: {exc} (remove it and run `python -m lab down`)") \
+        raise LabError(f"cannot read the lab state {path}: {exc} (remove it and run `python3 -m lab down`)") \
             from exc
     hosts = [HostState(**h) for h in raw.pop("hosts", [])]
     known = {f.name for f in dataclasses.fields(LabState)}
@@ -89,7 +89,7 @@ def locked(path: Path = config.LOCK_FILE) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            raise LabError("another `python -m lab` command is changing the lab right now; wait for it") from exc
+            raise LabError("another `python3 -m lab` command is changing the lab right now; wait for it") from exc
         try:
             yield
         finally:

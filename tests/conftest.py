@@ -1,4 +1,5 @@
-"""Shared fixtures: the repo on sys.path and fake tools on PATH. Helpers live in support.py.
+"""Shared fixtures: the repo on sys.path, fake tools on PATH, and this run's own temporary directory for every
+process the tests start (private_tmpdir). Helpers live in support.py.
 
 Under CI (the CI variable true) a run that collected lab tests must run them all: see LabEvidence."""
 
@@ -9,7 +10,9 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if gpu_items and cuda_devices() == 0:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason="no CUDA device (CuPy sees none): a `gpu` test"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """TMPDIR (and tempfile's default here) is a directory of this run's own, under pytest's base directory: what
+    the programs the tests start leave in their temporary directory (TensorFlow's __autograph_generated_file*.py,
+    torchrun's torchelastic_*, ansible-lint's playbooks, OpenMPI's session directory) goes with the run's other
+    temporary files (removed when the run passes: pyproject.toml's tmp_path_retention_policy), never into /tmp.
+    A short name: OpenMPI builds its session paths under it."""
+    directory = tmp_path_factory.mktemp("tmp", numbered=False)
+    before, before_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(directory)
+    try:
+        yield directory
+    finally:
+        tempfile.tempdir = before_tempdir
+        if before is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before
 
 
 @pytest.fixture

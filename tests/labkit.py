@@ -25,11 +25,11 @@ SCENARIOS = {"node01": ("lab", 2), "node02": ("dgx-h100", 8), "node03": ("seven-
 
 
 def lab_cli(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """`python -m lab ARGS` from the repository root, as a user would run it."""
+    """`python3 -m lab ARGS` from the repository root, as a user would run it."""
     proc = subprocess.run([sys.executable, "-m", "lab", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
-        raise AssertionError(f"python -m lab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+        raise AssertionError(f"python3 -m lab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
     return proc
 
 

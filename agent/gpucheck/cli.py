@@ -100,7 +100,8 @@ def add_parsers(sub: Any) -> None:
 
     prof = sub.add_parser("profiles", help="list profiles and which one this node would get")
     prof.add_argument("--profiles-dir", metavar="DIR", help="look here first")
-    prof.add_argument("--no-detect", action="store_true", help="do not ask NVML which profile fits")
+    prof.add_argument("--no-detect", action="store_true", help="only list them: do not work out which one this "
+                      "node gets (node.yaml's, else the one matching the GPUs NVML reports)")
 
     sub.add_parser("checks", help="list every check id and what it verifies")
 
@@ -199,16 +200,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    chosen = None
+    chosen = how = None
     if not args.no_detect:
-        from .node import Context
-        from .node.pipeline import Gatherer, choose_profile
-
-        site = config.NodeConfig(profiles_dir=args.profiles_dir)
-        try:
-            chosen = choose_profile(None, site, Gatherer(Context(timeout=10.0, config=site))).name
-        except profiles.ProfileError as exc:
-            fail(str(exc))
+        chosen, how = profile_of_this_node(args.profiles_dir)
     for name, path in profiles.available(args.profiles_dir).items():
         try:
             description = profiles.load(name, args.profiles_dir).description
@@ -217,8 +211,39 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         mark = "*" if name == chosen else " "
         print(f"{mark} {name:<22} {description}  [{path}]")
     if chosen:
-        print(f"\n* = the profile this node gets (from the GPUs NVML reports): {chosen}")
+        print(f"\n* = the profile this node gets: {chosen}, {how}")
     return EXIT_OK
+
+
+def profile_of_this_node(profiles_dir: str | None) -> tuple[str, str]:
+    """The profile `gpucheck node` would judge this node against, chosen as it chooses (node.yaml's, else
+    from the GPUs NVML reports), and how it was chosen, in words that say so when NVML could not tell."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from .node import Context
+    from .node.pipeline import Gatherer, choose_profile, selection_names
+
+    try:
+        site = config.load()
+        if profiles_dir:
+            site = replace(site, profiles_dir=profiles_dir)
+        gather = Gatherer(Context(timeout=10.0, config=site))
+        chosen = choose_profile(None, site, gather).name
+    except (config.ConfigError, profiles.ProfileError) as exc:
+        fail(str(exc))
+    if site.profile != "auto":
+        return chosen, f"named in {site.path}"
+    nvml_failure = gather.failures.get("nvml")
+    if nvml_failure is not None:
+        return chosen, f"the default: NVML could not be read ({nvml_failure.reason}), so no GPU was matched"
+    gpu_names = selection_names(gather.get("nvml") or {}, gather.get("pci_gpus") or {})
+    if not gpu_names:
+        return chosen, "the default: NVML reports no GPU"
+    models = ", ".join(f"{count} x {name}" for name, count in Counter(gpu_names).most_common())
+    if chosen == profiles.DEFAULT_PROFILE:
+        return chosen, f"the default: no profile matches the GPUs NVML reports, {models}"
+    return chosen, f"matched by the GPUs NVML reports: {models}"
 
 
 def cmd_net(args: argparse.Namespace) -> int:

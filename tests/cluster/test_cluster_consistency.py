@@ -6,7 +6,7 @@ import hashlib
 
 from cluster_helpers import node_report
 
-from gpucheck.cluster.consistency import compare
+from gpucheck.cluster.consistency import compare, required_libraries
 from gpucheck.model import Status
 
 
@@ -72,6 +72,81 @@ def test_a_version_not_found_differs_from_a_version() -> None:
 def test_one_node_has_nothing_to_compare_against() -> None:
     results = compare(facts(1))
     assert [r.status for r in results] == [Status.SKIP]
+
+
+# ---------------------------------------------------------------- a library the profile requires, found nowhere
+
+NCCL_AND_MPI = {"libraries": {"required": ["cudart", "libnccl", "mpi"]}}  # a profile's thresholds ("lib" allowed)
+
+
+def without_nccl(*nodes: str) -> dict:
+    return {node: {"libraries": {"nccl": {"tf": None}, "mpi": {"tf": "Open MPI 4.1.4"}}} for node in nodes}
+
+
+def test_required_libraries_come_from_the_thresholds_without_their_lib_prefix() -> None:
+    assert required_libraries(NCCL_AND_MPI) == {"cudart", "nccl", "mpi"}
+    assert required_libraries(None) == frozenset()  # an older agent's report: no thresholds
+    assert required_libraries({"libraries": {"required": "nccl"}}) == frozenset()  # not a list: nothing read
+
+
+def test_a_required_library_found_on_no_node_fails_naming_it_and_every_node() -> None:
+    fleet = facts(3, **without_nccl("node01", "node02", "node03"))
+    required = {node: required_libraries(NCCL_AND_MPI) for node in fleet}
+    result = by_check(compare(fleet, required))["cluster.consistency.libraries.nccl.tf"]
+    assert result.status == Status.FAIL
+    assert result.reason == ("nccl (tf) not found on node01, node02, node03 (every node), and their profile "
+                             "requires nccl")
+    assert result.nodes == {n: "nccl (tf) not found (the profile requires nccl)" for n in fleet}
+    assert result.measured == {"(not found)": ["node01", "node02", "node03"]}
+    assert "libs.nccl" in result.remediation
+    assert by_check(compare(fleet, required))["cluster.consistency.libraries.mpi.tf"].status == Status.PASS
+
+
+def test_a_library_no_profile_requires_found_on_no_node_passes_and_says_so() -> None:
+    fleet = facts(3, **without_nccl("node01", "node02", "node03"))
+    required = {node: frozenset({"mpi"}) for node in fleet}
+    result = by_check(compare(fleet, required))["cluster.consistency.libraries.nccl.tf"]
+    assert result.status == Status.PASS and result.nodes == {}
+    assert result.reason == "all 3 nodes: nccl (tf) (not found) (not required by their profile)"
+
+
+def test_the_nodes_lacking_a_required_library_are_blamed_not_the_one_that_has_it() -> None:
+    # a majority without the library must not make the node with it the odd one
+    fleet = facts(4, **without_nccl("node01", "node02", "node03"))
+    required = {node: required_libraries(NCCL_AND_MPI) for node in fleet}
+    result = by_check(compare(fleet, required))["cluster.consistency.libraries.nccl.tf"]
+    assert result.status == Status.FAIL and set(result.nodes) == {"node01", "node02", "node03"}
+    assert result.reason == ("nccl (tf) not found on node01, node02, node03, and their profile requires nccl; "
+                             "1 other: 2.18.3")
+    assert result.expected == "2.18.3"
+
+
+def test_only_the_nodes_whose_profile_requires_the_library_are_blamed() -> None:
+    fleet = facts(3, **without_nccl("node01", "node02", "node03"))
+    required = {"node01": required_libraries(NCCL_AND_MPI), "node02": frozenset(), "node03": frozenset()}
+    result = by_check(compare(fleet, required))["cluster.consistency.libraries.nccl.tf"]
+    assert result.status == Status.FAIL and list(result.nodes) == ["node01"]
+    assert result.reason.startswith("nccl (tf) not found on node01, and their profile requires nccl; 2 others: ")
+
+
+def test_the_consistency_stage_reads_each_nodes_required_libraries_from_its_report() -> None:
+    from gpucheck.cluster import handoff
+    from gpucheck.cluster.consistency import consistency_stage
+    from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
+    from gpucheck.cluster.inventory import Host, Inventory
+
+    names = ["node01", "node02"]
+    hosts = [Host(n, "127.0.0.1", 2200 + i, "root", None, (), True) for i, n in enumerate(names)]
+    ctx = ClusterContext(Options(), Inventory(["hosts.yml"], "gpu_nodes", None, hosts))
+    for name in names:
+        report = node_report(name)
+        report["facts"].update(without_nccl(name)[name])
+        report["thresholds"] = NCCL_AND_MPI
+        ctx.nodes[name] = NodeOutcome(name, Status.PASS, "x", "report", 1.0, 0, report)
+    ctx.results.extend(consistency_stage(ctx))
+    assert by_check(ctx.results)["cluster.consistency.libraries.nccl.tf"].status == Status.FAIL
+    assert [node for node, _ in handoff.drain(ctx)] == names
+    assert handoff.overall_exit(ctx) == 2
 
 
 # ---------------------------------------------------------------- gpu.sdc: the same bits across nodes

@@ -204,11 +204,38 @@ def test_terminal_summary_names_odd_nodes_drain_and_report_path() -> None:
     assert text.rstrip().endswith("report: out/\nverdict: FAIL — exit 2")
 
 
-def test_default_report_dir_is_a_utc_timestamp() -> None:
+def test_default_report_dir_is_a_utc_timestamp_under_the_users_state_directory(tmp_path: Path) -> None:
     import datetime as dt
 
     when = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc)
-    assert str(writer.default_dir(when)) == "gpucheck-report-20260304T050607Z"
+    state = {"XDG_STATE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path / "home")}
+    assert writer.default_dir(when, state) == tmp_path / "state/gpucheck/reports/gpucheck-report-20260304T050607Z"
+    # XDG: a relative XDG_STATE_HOME is ignored, as an unset one
+    for env in ({"HOME": str(tmp_path / "home")}, {"XDG_STATE_HOME": "state", "HOME": str(tmp_path / "home")}):
+        assert writer.default_dir(when, env) == (tmp_path / "home/.local/state/gpucheck/reports/"
+                                                 "gpucheck-report-20260304T050607Z")
+    assert writer.default_dir(when, {}).is_absolute()  # no HOME: the password database's home, never "."
+
+
+def test_a_cluster_run_without_report_writes_nothing_into_the_current_directory(tmp_path: Path) -> None:
+    import os
+
+    from cluster_helpers import free_port, run_cluster
+
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        node01: {{ansible_host: 127.0.0.1, "
+                         f"ansible_port: {free_port()}, ansible_user: root}}\n")
+    work = tmp_path / "checkout"  # where an admin runs it: often a git checkout
+    work.mkdir()
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), HOME=str(tmp_path / "home"))
+    done = run_cluster(["-i", str(inventory), "--connect-timeout", "5"], cwd=work, env=env)
+    assert done.returncode == 3, done.stdout + done.stderr  # node01 refuses the connection: nothing checked
+    assert list(work.iterdir()) == []
+    [report] = (tmp_path / "state" / "gpucheck" / "reports").glob("gpucheck-report-*/report.json")
+    assert f"report in {report.parent}/" in done.stdout
+    help_text = " ".join(run_cluster(["--help"]).stdout.split())
+    assert "(default: $XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, ~/.local/state/" in help_text
+    assert "never the current directory" in help_text
 
 
 def test_node_files_are_unique_per_host_name(tmp_path: Path) -> None:

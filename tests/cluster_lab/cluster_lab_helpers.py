@@ -241,11 +241,11 @@ class LabState:
 
 
 def lab(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m lab ARGS` from the repository root."""
+    """`python3 -m lab ARGS` from the repository root."""
     done = subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     if check and done.returncode != 0:
-        raise AssertionError(f"python -m lab {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        raise AssertionError(f"python3 -m lab {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
     return done
 
 

@@ -44,7 +44,7 @@ def lab4() -> Iterator[LabState]:
     lab("build", timeout=3600)  # reuses the golden image when the playbook tree is unchanged
     state.timings["golden_s"] = round(time.monotonic() - began, 1)
     if not glob.glob(GOLDEN_GLOB):
-        pytest.fail("no golden image after `python -m lab build`")
+        pytest.fail("no golden image after `python3 -m lab build`")
     try:
         began = time.monotonic()
         lab("up", "--hosts", "4", "--scenarios", ",".join(SCENARIOS), timeout=1200)

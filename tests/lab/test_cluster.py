@@ -134,7 +134,7 @@ def test_up_refuses_while_a_lab_is_up(lab3: Lab) -> None:
     out = lab_cli("up", "--hosts", "2", check=False)
     assert out.returncode == 3
     assert len(out.stderr.strip().splitlines()) == 1
-    assert "already up" in out.stderr and "python -m lab down" in out.stderr
+    assert "already up" in out.stderr and "python3 -m lab down" in out.stderr
 
 
 def test_fault_scenario_changes_the_gpus_that_host_sees(lab3: Lab) -> None:

@@ -89,7 +89,7 @@ def test_down_cleans_up_after_a_killed_up(no_lab) -> None:
     proc.wait(timeout=30)
     assert leftovers() != []  # a killed `up` cannot clean up after itself...
     refused = lab("up", "--hosts", "1", check=False)
-    assert refused.returncode == 3 and "python -m lab down" in refused.stderr
+    assert refused.returncode == 3 and "python3 -m lab down" in refused.stderr
     lab("down")  # ...but `down` can
     assert leftovers() == []
 

@@ -55,14 +55,27 @@ def run(argv: list, timeout: float = 600, **kwargs) -> subprocess.CompletedProce
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`pip wheel .` of a clean copy of the checkout, the way `pip install .` builds it (isolated build)."""
+def wheel_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`pip wheel .` of a clean copy of the checkout, the way `pip install .` builds it (isolated build): the
+    wheel, and what the build backend said (-v: pip shows the backend's own output only then)."""
     tmp = tmp_path_factory.mktemp("wheel")
     source = clean_source(tmp / "src")
-    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", source], env=pip_env())
+    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", tmp / "dist", source], env=pip_env())
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
     [found] = (tmp / "dist").glob("gpucheck-*.whl")
-    return found
+    return found, built.stdout + built.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(wheel_build: tuple[Path, str]) -> Path:
+    return wheel_build[0]
+
+
+def test_the_build_warns_of_nothing_deprecated(wheel_build: tuple[Path, str]) -> None:
+    """pyproject.toml as the build backend wants it now (e.g. `license` an SPDX string, not a table)."""
+    warnings = [line.strip() for line in wheel_build[1].splitlines()
+                if "DeprecationWarning" in line or "BuildBackendWarning" in line or "is deprecated" in line]
+    assert warnings == [], "\n".join(warnings)
 
 
 def test_package_ships_its_profiles(wheel: Path) -> None:

@@ -160,3 +160,28 @@ def test_profile_is_chosen_from_what_nvml_reports(libdir, fake_bin, tmp_path):
         assert done.returncode == 0, done.stderr
         chosen = [line for line in done.stdout.splitlines() if line.startswith("* ")]
         assert chosen and chosen[0].split()[1] == expected, (scenario, done.stdout)
+
+
+def test_profiles_says_how_the_profile_was_chosen_and_never_credits_nvml_without_it(libdir, fake_bin, tmp_path):
+    auto = tmp_path / "auto.yaml"
+    auto.write_text("profile: auto\n")
+    named = tmp_path / "named.yaml"
+    named.write_text("profile: pcie-1gpu\n")
+    dgx_bus = write_pci_tree(tmp_path / "dgx", DGX_H100_BUS, NVSWITCHES)
+    no_bus = write_pci_tree(tmp_path / "none", [])
+    for scenario, sysfs, config, expected in (
+            ("dgx-h100", dgx_bus, auto, "dgx-h100, matched by the GPUs NVML reports: 8 x NVIDIA H100 80GB HBM3"),
+            ("seven-of-eight", no_bus, auto, "generic, the default: no profile matches the GPUs NVML reports, "
+                                             "7 x NVIDIA H100 80GB HBM3"),
+            ("driver-mismatch", dgx_bus, auto, "generic, the default: NVML could not be read ("),
+            ("dgx-h100", dgx_bus, named, f"pcie-1gpu, named in {named}")):
+        env = env_for(scenario_path(scenario), libdir)
+        env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config), GPUCHECK_SYSFS_ROOT=str(sysfs))
+        done = run_gpucheck(["profiles"], env)
+        assert done.returncode == 0, done.stderr
+        footer = done.stdout.rstrip().splitlines()[-1]
+        assert footer.startswith(f"* = the profile this node gets: {expected}"), (scenario, footer)
+        marked = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("* ") and line[2] != "="]
+        assert marked == [expected.split(",")[0]], (scenario, done.stdout)
+        if scenario == "driver-mismatch":
+            assert footer.endswith("so no GPU was matched") and "NVML reports" not in footer, footer

@@ -55,7 +55,7 @@ def test_junit_counts_warn_as_failure_and_error_apart() -> None:
     counts = [suite.get(key) for key in ("tests", "failures", "errors", "skipped")]
     assert counts == ["5", "2", "1", "1"]
     ecc = suite.find("testcase[@name='gpu.ecc_errors']/failure")
-    assert ecc.get("message") == "GPU1 2 uncorrected (measured GPU0=0, GPU1=2, expected 0)"
+    assert ecc.get("message") == "GPU1 2 uncorrected (measured GPU0 0, GPU1 2, expected 0)"
     assert ecc.text == "drain and RMA\nlog"
     assert suite.find("testcase[@name='lib.nccl']/error").text == "ldd: not found"
     assert suite.find("testcase[@name='gpu.count']/system-out").text == "8 GPUs"

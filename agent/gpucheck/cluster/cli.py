@@ -27,7 +27,7 @@ that refused our key or host key, an agent that is missing or crashed) and no fa
 
 examples:
   gpucheck cluster -i inventory/prod                   every host of gpu_nodes (else all)
-  gpucheck cluster -i inventory/prod --limit 'node0*' --profile hgx-h100
+  gpucheck cluster -i inventory/prod --limit 'node0*' --profile dgx-h100
   gpucheck cluster --full --report /srv/handoff/rack3  benchmarks too; stragglers vs the fleet median
   gpucheck cluster --stages consistency,network        only compare the nodes and test the pairs
   gpucheck cluster --skip-stages smoke --pair-seconds 10
@@ -117,7 +117,9 @@ def add_parser(subparsers: Any) -> None:
                      help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
                           "published figures, not judged)")
     cmp.add_argument("--report", type=Path, metavar="DIR",
-                     help="report directory (default: ./gpucheck-report-<UTC time>/)")
+                     help="report directory (default: $XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, "
+                          "~/.local/state/gpucheck/reports/... without XDG_STATE_HOME; never the current directory, "
+                          "where a report is easily committed with a checkout)")
 
 
 def fail(message: str) -> int:
@@ -175,7 +177,10 @@ def run(args: argparse.Namespace) -> int:
     except InventoryError as exc:
         return fail(str(exc))
     started_at = dt.datetime.now(dt.timezone.utc)
-    directory = args.report or report.default_dir(started_at)
+    try:
+        directory = args.report or report.default_dir(started_at)
+    except RuntimeError as exc:
+        return fail(f"{exc}: give one with --report DIR")
     try:
         writer = report.ReportWriter(directory)
     except OSError as exc:

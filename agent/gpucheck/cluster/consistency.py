@@ -1,16 +1,23 @@
 """Do the nodes agree? Driver, CUDA driver, each library per consumer, each framework per stack, GPU
 models and count, the profile each node chose, and (after a burn-in) the bits the same seeded GEMM gave
-(consistency_sdc). Pure: node facts in, results out."""
+(consistency_sdc). Pure: node facts (and the libraries each node's profile requires) in, results out.
+
+A library that every node lacks agrees, and is still no pass where the nodes' profile requires it: the
+nodes that lack a required library fail, named and blamed (drained), as each node's own libs.<name>
+check already failed them. It is `fail`, not `error`: the library was looked for and is absent, a
+finding about the nodes, not a check that could not run. Where some nodes have it, those nodes are
+compared among themselves, never blamed against a majority that lacks it."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..model import Status
 from .consistency_sdc import compare_sdc
-from .context import ClusterResult
+from .context import ClusterContext, ClusterResult
 
 PREFIX = "cluster.consistency."
 MISSING = "(missing)"  # the key is absent on this node (e.g. no torch stack): itself a difference
@@ -25,6 +32,8 @@ TOP_LEVEL = {
 }
 REMEDIATION = ("bring the odd nodes to the pinned versions (inventory group_vars/all/versions.yml) with "
                "site.yml --limit NODE, or check the hardware that differs")
+MISSING_LIBRARY = ("install the library on the named nodes: site.yml --limit NODE (their own libs.{lib} check says "
+                   "where it was looked for)")
 
 
 def flatten(facts: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -66,7 +75,8 @@ def compare_key(key: str, label: str, values: dict[str, str]) -> ClusterResult:
     check = PREFIX + key
     if len(groups) == 1:
         value = next(iter(groups))
-        return ClusterResult(check, Status.PASS, measured, value, f"all {len(values)} nodes: {label} {value}")
+        return ClusterResult(check, Status.PASS, measured, value, f"all {len(values)} nodes: {label} {value}"
+                             if len(values) > 1 else f"the only node: {label} {value}")
     ranked = Counter({value: len(nodes) for value, nodes in groups.items()}).most_common()
     if ranked[0][1] == ranked[1][1]:  # a tie: there is no majority to blame anyone against
         parts = [f"{count} node{'s' if count > 1 else ''} ({names(groups[value])}) {value}" for value, count in ranked]
@@ -81,8 +91,50 @@ def compare_key(key: str, label: str, values: dict[str, str]) -> ClusterResult:
                          nodes=blamed)
 
 
-def compare(facts_by_node: dict[str, dict[str, Any]]) -> list[ClusterResult]:
-    """One result per compared key, in a stable order. Fewer than two nodes: nothing to compare."""
+def required_libraries(thresholds: Any) -> frozenset[str]:
+    """The libraries a node's profile requires, from its report's `thresholds` (libraries.required, without
+    a `lib` prefix, as the node's libs.* checks read it); none when the report has no thresholds."""
+    section = thresholds.get("libraries") if isinstance(thresholds, dict) else None
+    names = section.get("required") if isinstance(section, dict) else None
+    return frozenset(str(n).removeprefix("lib") for n in names) if isinstance(names, list) else frozenset()
+
+
+def compare_library(key: str, label: str, values: dict[str, str], requiring: set[str] | None) -> ClusterResult:
+    """A library key (libraries.<lib>.<consumer>): the nodes whose profile requires the library and that
+    found no copy of it fail, whatever the others have; the rest are compared as any key. requiring: the
+    nodes whose profile requires it (None: not known, the caller passed no thresholds)."""
+    lib = key.split(".")[1]
+    absent = [node for node, value in values.items() if value == NOT_FOUND and node in (requiring or ())]
+    if not absent:
+        result = compare_key(key, label, values)
+        if requiring is not None and result.status == Status.PASS and result.expected == NOT_FOUND:
+            result.reason += " (not required by their profile)"
+        return result
+    present = {node: value for node, value in values.items() if node not in absent}
+    where = names(absent) + ("" if present else " (every node)")
+    reason = f"{label} not found on {where}, and their profile requires {lib}"
+    blamed = {node: f"{label} not found (the profile requires {lib})" for node in absent}
+    measured: dict[str, list[str]] = {}
+    for node, value in values.items():
+        measured.setdefault(value, []).append(node)
+    remediation = MISSING_LIBRARY.format(lib=lib)
+    if not present:
+        return ClusterResult(PREFIX + key, Status.FAIL, measured, "found", reason, remediation, nodes=blamed)
+    others = compare_key(key, label, present)
+    if others.status == Status.PASS:
+        reason += f"; {len(present)} other{'s' if len(present) > 1 else ''}: {others.expected}"
+    else:
+        reason += f"; among the others: {others.reason}"
+        remediation += f"; {others.remediation}"
+    return ClusterResult(PREFIX + key, Status.FAIL, measured, others.expected or "found", reason, remediation,
+                         nodes={**others.nodes, **blamed})
+
+
+def compare(facts_by_node: dict[str, dict[str, Any]],
+            required_by_node: Mapping[str, Collection[str]] | None = None) -> list[ClusterResult]:
+    """One result per compared key, in a stable order. Fewer than two nodes: nothing to compare.
+    required_by_node: node -> the libraries its profile requires (`required_libraries` of its report's
+    thresholds); a node left out requires none."""
     if len(facts_by_node) < 2:
         return [ClusterResult(PREFIX.rstrip("."), Status.SKIP, reason=f"{len(facts_by_node)} node(s) reported: "
                               "nothing to compare")]
@@ -92,5 +144,21 @@ def compare(facts_by_node: dict[str, dict[str, Any]]) -> list[ClusterResult]:
         for key, (label, _) in entries.items():
             keys.setdefault(key, label)
     order = [k for k in TOP_LEVEL if k in keys] + sorted(k for k in keys if k not in TOP_LEVEL)
-    return [compare_key(key, keys[key], {node: entries.get(key, (None, MISSING))[1] for node, entries in flat.items()})
-            for key in order] + compare_sdc(facts_by_node)
+    results = []
+    for key in order:
+        values = {node: entries.get(key, (None, MISSING))[1] for node, entries in flat.items()}
+        if key.startswith("libraries."):
+            lib = key.split(".")[1]
+            requiring = None if required_by_node is None else {n for n in values if lib in required_by_node.get(n, ())}
+            results.append(compare_library(key, keys[key], values, requiring))
+        else:
+            results.append(compare_key(key, keys[key], values))
+    return results + compare_sdc(facts_by_node)
+
+
+def consistency_stage(ctx: ClusterContext) -> list[ClusterResult]:
+    """The stage: every node that reported, with the libraries its own report's thresholds require."""
+    checked = ctx.checked()
+    reports = {node: ctx.nodes[node].report or {} for node in checked}
+    return compare({node: report.get("facts") or {} for node, report in reports.items()},
+                   {node: required_libraries(report.get("thresholds")) for node, report in reports.items()})

@@ -94,8 +94,9 @@ def fill_figures(ctx: ClusterContext, survey: Survey) -> None:
             figures[node] = round(statistics.median(values), 3)
 
 
-def measured(survey: Survey, options: Options) -> dict[str, Any]:
-    """The result's `measured`: the figures, the threshold and its basis, and whom the re-tests named."""
+def measured(survey: Survey, options: Options, cast: Participants | None = None) -> dict[str, Any]:
+    """The result's `measured`: the figures, the threshold and its basis, whom the re-tests named, and the nodes
+    left out of the stage with why (the report shows them in the pair map, never silently missing)."""
     first = survey.figures()
     values = list(first.values())
     return {
@@ -105,6 +106,7 @@ def measured(survey: Survey, options: Options) -> dict[str, Any]:
         "slow_pairs": [f"{a}-{b}" for a, b in sorted(p for p, v in first.items() if v < survey.threshold)],
         "bad_nodes": sorted(survey.blame.bad), "slow_paths": [f"{a}-{b}" for a, b in survey.slow_paths],
         "inconclusive": survey.blame.inconclusive, "errors": [m.error for m in survey.errors],
+        "left_out": dict(cast.left_out) if cast is not None else {},
     }
 
 
@@ -135,7 +137,7 @@ def verdict(survey: Survey, options: Options, cast: Participants, duration: floa
     """Fail naming the nodes slow with every known-good partner (drained), or pairs below the floor
     with nobody to blame; warn for slow paths and inconclusive re-tests; error when some pairs could
     not be measured; pass otherwise."""
-    facts, wanted, tail = measured(survey, options), expected(survey, options), summary(survey, cast)
+    facts, wanted, tail = measured(survey, options, cast), expected(survey, options), summary(survey, cast)
     evidence = "\n\n".join(m.evidence for m in survey.errors[:3])
     blame, threshold, minimum = survey.blame, survey.threshold, survey.plan.minimum
     if blame.bad:

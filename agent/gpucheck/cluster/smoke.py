@@ -268,7 +268,10 @@ def _reference_text() -> str:
 def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, options: Options) -> ClusterResult:
     single = runs[0]
     label = framework + ("" if gpus else " (CPU ranks)")
-    refs = [{k: ref[k] for k in ("name", "gpus", "speedup", "efficiency", "source")} for ref in REFERENCES]
+    device = "GPU" if gpus else "CPU"
+    # the published figures are GPU training: CPU ranks are never set beside them
+    refs = [{k: ref[k] for k in ("name", "gpus", "speedup", "efficiency", "source")}
+            for ref in (REFERENCES if gpus else [])]
     if not single.passed or not single.throughput:
         return ClusterResult(SCALING, Status.ERROR, {"references": refs}, None,
                              f"no scaling figure: the 1-rank {framework} run "
@@ -277,28 +280,32 @@ def _scaling(ctx: ClusterContext, framework: str, runs: list[Run], gpus: bool, o
         return ClusterResult(SCALING, Status.SKIP, {"references": refs}, None,
                              f"one rank is all there is: nothing to scale to ({_tp(single.throughput)})")
     ctx.scaling.append({"label": label, "gpus": single.ranks, "throughput": round(single.throughput, 3),
-                        "efficiency": 1.0, "unit": UNIT, "run": single.label})
+                        "efficiency": 1.0, "unit": UNIT, "run": single.label, "device": device})
     points = []
     for r in runs[1:]:
         if not r.passed or not r.throughput:
             continue
         sc = scaling(single.throughput, r.throughput, r.ranks)
         point = {"label": label, "gpus": r.ranks, "throughput": round(r.throughput, 3),
-                 "efficiency": sc["efficiency"], "speedup": sc["speedup"], "unit": UNIT, "run": r.label}
+                 "efficiency": sc["efficiency"], "speedup": sc["speedup"], "unit": UNIT, "run": r.label,
+                 "device": device}
         ctx.scaling.append(point)
         points.append(point)
     measured = {"points": [{"run": single.label, "ranks": single.ranks, "throughput": single.throughput}]
                 + [{"run": p["run"], "ranks": p["gpus"], "throughput": p["throughput"], "speedup": p["speedup"],
-                    "efficiency": p["efficiency"]} for p in points], "unit": UNIT, "references": refs}
+                    "efficiency": p["efficiency"]} for p in points], "unit": UNIT, "device": device,
+                "references": refs}
     if not points:
         return ClusterResult(SCALING, Status.ERROR, measured, None,
                              "no scaling figure: the multi-rank run failed (see cluster.smoke." + framework + ")")
     top = points[-1]
     text = (f"{label}: {_tp(single.throughput)} at 1 rank, {_tp(top['throughput'])} at {top['gpus']} ranks: "
-            f"speed-up {top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}; published: {_reference_text()}")
-    if not gpus:
-        text += ("; CPU ranks sharing CPU nodes measure the plumbing (launcher, collectives, network) of a small "
-                 "model, not GPU training speed")
+            f"speed-up {top['speedup']:.2f}x, efficiency {top['efficiency']:.0%}")
+    if gpus:
+        text += f"; published: {_reference_text()}"
+    else:
+        text += ("; not a GPU scaling measurement: CPU ranks sharing CPU nodes measure the plumbing (launcher, "
+                 "collectives, network) of a small model, so no published GPU figure is set beside it")
     minimum = options.scaling_efficiency_min
     expected = f">= {minimum:.0%}" if minimum else None
     if minimum and top["efficiency"] is not None and top["efficiency"] < minimum:

@@ -18,10 +18,11 @@ Stage = Callable[[ClusterContext], list[Result]]
 
 
 def consistency(ctx: ClusterContext) -> list[Result]:
-    """Do the nodes agree (versions, GPU models, the profile they chose)?"""
-    from .consistency import compare
+    """Do the nodes agree (versions, GPU models, the profile they chose), and have they the libraries their
+    profiles require?"""
+    from .consistency import consistency_stage
 
-    return list(compare({n: ctx.nodes[n].facts or {} for n in ctx.checked()}))
+    return list(consistency_stage(ctx))
 
 
 def network(ctx: ClusterContext) -> list[Result]:

@@ -65,7 +65,7 @@ def memory(f: dict[str, Any], p: Profile) -> Result:
     ratio = p.get("host", "ram_to_gpu_memory_ratio_min")
     if ratio is None:
         ram = f["host"]["ram_GiB"]
-        return Result("host.memory", Status.SKIP, None if ram is None else round(ram, 1),
+        return Result("host.memory", Status.SKIP, None if ram is None else {"ram_GiB": round(ram, 1)},
                       reason="profile sets no RAM ratio")
     missing = unread(f, "host.memory", "ram_GiB", "RAM size")
     if missing:
@@ -73,7 +73,8 @@ def memory(f: dict[str, Any], p: Profile) -> Result:
     ram = f["host"]["ram_GiB"]
     nvml = f.get("nvml")
     if nvml is None:
-        return Result("host.memory", Status.SKIP, round(ram, 1), reason="GPU memory unknown (NVML unavailable)")
+        return Result("host.memory", Status.SKIP, {"ram_GiB": round(ram, 1)},
+                      reason="GPU memory unknown (NVML unavailable)")
     # a GPU whose memory size was not read leaves the total unknown: per_gpu's rule says which and why
     sizes = per_gpu("host.memory", nvml, lambda g: None if g.get("memory_total_MiB") is not None
                     or field_error(g, "memory") else (Status.ERROR, "memory size not reported"),
@@ -119,7 +120,9 @@ def disk(f: dict[str, Any], p: Profile) -> Result:
             problems.append(f"{path}: {have or 'not measured'}")
         elif have < minimum:
             problems.append(f"{path} has {have:.1f} GiB free < {minimum} GiB")
-    measured = {k: round(v, 1) if isinstance(v, float) else v for k, v in free.items()}
+    # units in the keys, so every report format says "free / 72.5 GiB", never a bare "/=72.5"
+    measured = {"free_GiB": {k: round(v, 1) if isinstance(v, float) else v for k, v in free.items()}}
+    wanted = {"free_GiB_min": wanted}
     if unknown and not problems:
         return Result("host.disk", Status.ERROR, measured, wanted, "; ".join(unknown),
                       "a stuck mount (NFS, CIFS, FUSE) blocks every process that touches it: check `mount`, dmesg "

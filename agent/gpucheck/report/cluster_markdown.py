@@ -1,6 +1,7 @@
-"""The cluster report as report.md: the verdict, the drain list, what did not pass, nodes, the GPU burn-in,
-pairs, scaling. Any value may be odd (a node's text, a figure that is not a number): each is shown as text
-in its cell."""
+"""The cluster report as report.md: the verdict, the drain list, what to do (each action once), what did not
+pass, nodes, the GPU burn-in, the pair-bandwidth matrix (slow pairs, the blamed node and nodes left out marked),
+scaling (CPU ranks said as such; a collapse named). Any value may be odd (a node's text, a figure that is not a
+number): each is shown as text in its cell."""
 
 from __future__ import annotations
 
@@ -9,9 +10,30 @@ from typing import Any
 
 from .cluster_burnin import burnin_section, heading, reference_text, share
 from .cluster_drain import render_drain
-from .cluster_wording import counts_text, number, published_scaling, status_of, verdict
+from .cluster_wording import (
+    CPU_LABEL,
+    CPU_NOTE,
+    actions,
+    blamed_nodes,
+    cell_value,
+    collapse_text,
+    collapses,
+    counts_text,
+    left_out_nodes,
+    measured_pairs,
+    node_map,
+    number,
+    on_cpu,
+    pair_text,
+    published_scaling,
+    scaling_points,
+    slow_pairs,
+    status_of,
+    verdict,
+)
 from .gpu_figures import number_text
 
+MATRIX_MAX = 16  # nodes: a larger cluster's pairs are listed, not drawn as a matrix
 BREAKS = re.compile(r"[\r\n\x00-\x08\x0b-\x1f\x7f\u2028\u2029]+")
 
 
@@ -68,6 +90,80 @@ def burnin_lines(section: dict[str, Any]) -> list[str]:
     return lines
 
 
+def what_to_do_lines(doc: dict[str, Any]) -> list[str]:
+    found = actions(doc)
+    if not found:
+        return []
+    return (["## What to do", ""] + [f"- **{_cell(action)}** — {_cell('; '.join(where))}" for action, where in found]
+            + [""])
+
+
+def matrix_lines(pairs: list[dict[str, Any]], nodes: list[str], blamed: dict[str, str],
+                 left_out: dict[str, str]) -> list[str]:
+    """node x node: each cell the pair's figure, a slow pair in bold with `slow`, the diagonal `·`, a pair not
+    measured empty, a node left out `—` across its row and column."""
+    value = {}
+    for p in pairs:
+        text = cell_value(p["value"])
+        text = f"**{text} slow**" if p.get("status") in ("fail", "warn") else text
+        value[(str(p["a"]), str(p["b"]))] = value[(str(p["b"]), str(p["a"]))] = text
+
+    def name(node: str) -> str:
+        return node + (" (blamed)" if node in blamed else " (left out)" if node in left_out else "")
+
+    def cell(a: str, b: str) -> str:
+        return "·" if a == b else "—" if a in left_out or b in left_out else value.get((a, b), "")
+
+    unit = next((str(p.get("unit")) for p in pairs if p.get("unit")), "")
+    lines = ["| " + _cell(unit) + " | " + " | ".join(_cell(name(n)) for n in nodes) + " |",
+             "|---|" + "---|" * len(nodes)]
+    return lines + ["| " + _cell(name(a)) + " | " + " | ".join(cell(a, b) for b in nodes) + " |" for a in nodes]
+
+
+def pair_lines(doc: dict[str, Any]) -> list[str]:
+    pairs = measured_pairs(doc)
+    if not pairs:
+        return []
+    blamed, left_out = blamed_nodes(doc), left_out_nodes(doc, pairs)
+    inside = {str(x) for p in pairs for x in (p["a"], p["b"])}
+    nodes = [str(n) for n in node_map(doc) if str(n) in inside or str(n) in left_out]
+    nodes += sorted(inside - set(nodes))
+    lines = ["", "## Pair bandwidth", ""]
+    if len(nodes) <= MATRIX_MAX:
+        lines += matrix_lines(pairs, nodes, blamed, left_out) + [""]
+    else:
+        lines += ["| a | b | value | status |", "|---|---|---|---|"]
+        lines += [f"| {_cell(p['a'])} | {_cell(p['b'])} | {number(p['value'])} {_cell(p.get('unit', ''))} "
+                  f"| {_cell(p.get('status', ''))} |" for p in pairs] + [""]
+    slow = slow_pairs(pairs)
+    lines.append("- Slow pairs: " + _cell(", ".join(pair_text(p) for p in slow)) if slow else "- No slow pair.")
+    lines += [f"- Blamed: {_cell(node)} — {_cell(why)}" for node, why in blamed.items()]
+    if left_out:
+        lines.append("- Left out of this stage: " + _cell("; ".join(f"{n} ({why})" for n, why in left_out.items())))
+    return lines
+
+
+def scaling_lines(doc: dict[str, Any]) -> list[str]:
+    points = scaling_points(doc)
+    if not points:
+        return []
+    cpu = [on_cpu(p) for p in points]
+    ranks = "CPU ranks" if all(cpu) else "GPUs" if not any(cpu) else "GPUs or CPU ranks"
+    lines = ["", "## Scaling", ""]
+    if any(cpu):
+        lines += [f"**CPU ranks, not GPUs.** {CPU_NOTE}", ""]
+    lines += [f"| job | {ranks} | throughput | efficiency |", "|---|---|---|---|"]
+    for s in points:
+        label = str(s.get("label"))
+        label += f" {CPU_LABEL}" if on_cpu(s) and CPU_LABEL not in label else ""
+        lines.append(f"| {_cell(label)} | {_cell(s.get('gpus'))} | {number(s.get('throughput'))} "
+                     f"{_cell(s.get('unit', ''))} | {number(s.get('efficiency'), '.0%')} |")
+    lines += [""] + [f"- **Collapse**: {_cell(collapse_text(p))}" for p in collapses(points)]
+    if not all(cpu):
+        lines.append(f"- Published GPU scaling: {published_scaling()}.")
+    return lines
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     code = doc.get("exit_code", 3)
     lines = [f"# gpucheck cluster — {verdict(code)} (exit {code})", ""]
@@ -82,6 +178,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
               ""]
     if doc.get("drain"):
         lines += ["## Nodes to drain", "", "```"] + render_drain(doc).replace("```", "'''").splitlines() + ["```", ""]
+    lines += what_to_do_lines(doc)
     results = _items(doc, "cluster")
     not_pass = [r for r in results if status_of(r) != "pass"]
     lines += ["## Cluster checks", ""]
@@ -91,22 +188,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
                   for r in not_pass]
     lines += ["", f"{len(results) - len(not_pass)} cluster check(s) pass.", "", "## Nodes", "",
               "| node | address | status | reason | time (s) |", "|---|---|---|---|---|"]
-    for host, node in (doc.get("nodes") or {}).items():
+    for host, node in node_map(doc).items():
         node = node if isinstance(node, dict) else {}
         lines.append(f"| {_cell(host)} | {_cell(node.get('address', ''))} | {_cell(status_of(node).upper())} | "
                      f"{_cell(node.get('reason', ''))} | {number(node.get('wall_s') or 0, '.1f')} |")
     burnin = burnin_section(doc)
     if burnin:
         lines += burnin_lines(burnin)
-    pairs = _items(doc, "pairs")
-    if pairs:
-        lines += ["", "## Pair bandwidth", "", "| a | b | value | status |", "|---|---|---|---|"]
-        lines += [f"| {_cell(p.get('a'))} | {_cell(p.get('b'))} | {number(p.get('value'))} {_cell(p.get('unit', ''))} "
-                  f"| {_cell(p.get('status', ''))} |" for p in pairs]
-    scaling = _items(doc, "scaling")
-    if scaling:
-        lines += ["", "## Scaling", "", "| job | GPUs | throughput | efficiency |", "|---|---|---|---|"]
-        lines += [f"| {_cell(s.get('label'))} | {_cell(s.get('gpus'))} | {number(s.get('throughput'))} "
-                  f"{_cell(s.get('unit', ''))} | {number(s.get('efficiency'), '.0%')} |" for s in scaling]
-        lines += ["", f"Published: {published_scaling()}."]
+    lines += pair_lines(doc) + scaling_lines(doc)
     return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
 """The cluster run's last lines on the terminal: counts, odd nodes and checks, the GPU burn-in's stragglers
-and memory errors, the drain list, where the report is, the verdict."""
+and memory errors, the scaling efficiency (CPU ranks said as such), the drain list, where the report is, the
+verdict."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from .cluster_burnin import burnin_section, heading
 from .cluster_drain import one_line
-from .cluster_wording import counts_text, number, status_of, verdict
+from .cluster_wording import counts_text, node_map, number, scaling_points, scaling_summary, status_of, verdict
 
 
 def burnin_line(section: dict[str, Any], limit: int) -> str:
@@ -29,13 +30,14 @@ def burnin_line(section: dict[str, Any], limit: int) -> str:
 def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10) -> str:
     """At most `limit` odd nodes and `limit` odd cluster checks; the rest are counted (report.md has them)."""
     code = doc.get("exit_code", 3)
-    nodes = doc.get("nodes") or {}
+    nodes = node_map(doc)
     counts = doc.get("counts") or {}
     lines = ["", f"gpucheck cluster: {len(nodes)} node(s): {counts_text(counts.get('nodes'))}; "
                  f"cluster checks: {counts_text(counts.get('cluster'))} ({number(doc.get('duration_s', 0), '.1f')} s)"]
     bad = [(h, n) for h, n in nodes.items() if status_of(n) not in ("pass", "skip")]
     for host, node in bad[:limit]:
-        lines.append(f"  {status_of(node).upper():<7} {host}: {one_line(node.get('reason', ''))}")
+        reason = node.get("reason", "") if isinstance(node, dict) else node
+        lines.append(f"  {status_of(node).upper():<7} {host}: {one_line(reason)}")
     if len(bad) > limit:
         lines.append(f"  ... and {len(bad) - limit} more node(s) (report.md)")
     odd = [r for r in doc.get("cluster") or () if status_of(r) not in ("pass", "skip")]
@@ -46,6 +48,7 @@ def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10)
     burnin = burnin_section(doc)
     if burnin:
         lines.append(burnin_line(burnin, limit))
+    lines += [one_line("scaling: " + line) for line in scaling_summary(scaling_points(doc))[:limit]]
     drained = [str(d.get("node")) for d in doc.get("drain") or () if isinstance(d, dict)]
     if drained:
         shown = ", ".join(drained[:20]) + (f" and {len(drained) - 20} more" if len(drained) > 20 else "")

@@ -28,7 +28,7 @@ code,pre{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
 pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:240px;white-space:pre-wrap}
 details{margin:2px 0}summary{cursor:pointer}
 .muted{color:#6e7781}.note{font-size:12px;color:#57606a}
-svg text{font:11px system-ui,sans-serif;fill:#1f2328}
+svg{font:12px system-ui,sans-serif;fill:#1f2328;max-width:100%;height:auto}  /* inherited: a chart's own fill wins */
 """
 
 

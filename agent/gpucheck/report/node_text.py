@@ -1,11 +1,12 @@
 """The node report as the terminal table: one row per check, what to do, the counts and exit code. A
-result with per-GPU figures (the active GPU checks) has its figures on indented lines under its row."""
+result with per-GPU figures (the active GPU checks) has its figures on indented lines under its row; each
+action in "What to do" is said once."""
 
 from __future__ import annotations
 
 from ..model import Report, Result, Status
 from . import gpu_figures
-from .values import show
+from .values import listed, show
 
 STATUS_WORD = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip",
                Status.ERROR: "ERROR"}
@@ -21,6 +22,17 @@ def cells(r: Result) -> tuple[str, str, str, str, str]:
     return STATUS_WORD[r.status], r.check, f"{len(gpus)} GPU(s), {BELOW}", expected, r.reason
 
 
+def what_to_do(results: list[Result]) -> list[str]:
+    """Each distinct action once, after the checks that call for it (17 checks that need the driver: one line)."""
+    checks: dict[str, list[str]] = {}
+    for r in results:
+        if r.status in (Status.FAIL, Status.ERROR, Status.WARN) and r.remediation:
+            checks.setdefault(r.remediation, []).append(r.check)
+    if not checks:
+        return []
+    return ["", "What to do:"] + [f"  {listed(names)}: {action}" for action, names in checks.items()]
+
+
 def render_text(report: Report) -> str:
     rows = [cells(r) for r in report.results]
     headers = ("STATUS", "CHECK", "MEASURED", "EXPECTED", "REASON")
@@ -31,10 +43,7 @@ def render_text(report: Report) -> str:
     for r, row in zip(report.results, rows, strict=True):
         lines.append(fmt.format(*row))
         lines += [INDENT + line for line in gpu_figures.lines(r.measured, r.expected)]
-    fixes = [r for r in report.results if r.status in (Status.FAIL, Status.ERROR, Status.WARN) and r.remediation]
-    if fixes:
-        lines += ["", "What to do:"]
-        lines += [f"  {r.check}: {r.remediation}" for r in fixes]
+    lines += what_to_do(report.results)
     counts = report.counts()
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     lines += ["", f"{summary} in {report.duration_s:.2f} s — exit code {report.exit_code}"]

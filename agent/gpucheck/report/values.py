@@ -1,4 +1,7 @@
-"""One-line renderings of a measured or expected value, shared by every report format."""
+"""One-line renderings of a measured or expected value, shared by every report format. Units come from
+names, as the house writes them (`median_Gbps` -> `median 42.31 Gb/s`, `{"free_GiB": {"/": 72.5}}` ->
+`free: / 72.5 GiB`); a name's unit holds for every number under it. Empty parts (`counts: {}`) say nothing
+and are left out."""
 
 from __future__ import annotations
 
@@ -6,21 +9,76 @@ import json
 import re
 from typing import Any
 
+from .gpu_figures import GPU_LABEL, number_text, words_and_unit
 
-def show(value: Any, limit: int = 48) -> str:
-    """A short one-line rendering of a measured/expected value for the table."""
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")  # an identifier with words: median_Gbps
+PER_SECOND = re.compile(r"([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)_per_s")  # samples_per_s -> samples/s
+
+
+def name_words(name: Any) -> tuple[str, str]:
+    """A key's words and unit: `median_Gbps` -> ("median", "Gb/s"), `samples_per_s` -> ("", "samples/s"),
+    `/` or `GPU0` or a path -> as it is, no unit."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        return str(name), ""
+    per_second = PER_SECOND.fullmatch(name)
+    if per_second:
+        return "", per_second.group(1).replace("_", " ") + "/s"
+    return words_and_unit(name)
+
+
+def unit_of_check(check: Any) -> str:
+    """The unit a check's id names (`cluster.straggler.net_Gbps` -> `Gb/s`), for its bare numbers."""
+    return name_words(str(check).rsplit(".", 1)[-1])[1]
+
+
+def empty(value: Any) -> bool:
+    return isinstance(value, dict | list | tuple | str) and not value
+
+
+def show(value: Any, limit: int = 48, unit: str = "") -> str:
+    """A short one-line rendering of a measured/expected value for the table; `unit`: the unit of its
+    numbers when no name under it says one."""
+    text = render(value, unit)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render(value: Any, unit: str = "") -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        text = f"{value:g}"
-    elif isinstance(value, dict):
-        distinct = {json.dumps(v, sort_keys=True, default=str) for v in value.values()}
-        if value and len(distinct) == 1 and all(re.fullmatch(r"GPU\d+", k) for k in value):
-            text = f"all {len(value)} GPUs: {show(next(iter(value.values())), limit)}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return f"{number_text(value)} {unit}".rstrip()
+    if isinstance(value, dict):
+        return render_mapping(value, unit)
+    if isinstance(value, list | tuple):
+        kept = [v for v in value if not empty(v)]
+        parts = [render(v, unit) for v in kept]
+        if len(kept) > 1:  # a part with commas of its own in brackets, so the parts stay apart
+            parts = [f"({p})" if isinstance(v, dict) and ", " in p else p for v, p in zip(kept, parts, strict=True)]
+        return ", ".join(parts) or "none"
+    return str(value)
+
+
+def render_mapping(value: dict[Any, Any], unit: str) -> str:
+    kept = {k: v for k, v in value.items() if not empty(v)}
+    if not kept:
+        return "-"
+    distinct = {json.dumps(v, sort_keys=True, default=str) for v in kept.values()}
+    if len(kept) > 1 and len(distinct) == 1 and all(GPU_LABEL.fullmatch(str(k)) for k in kept):
+        return f"all {len(kept)} GPUs: {render(next(iter(kept.values())), unit)}"
+    parts = []
+    for key, item in kept.items():
+        words, own_unit = name_words(key)
+        inner = render(item, own_unit or unit)
+        if words and inner != "-" and (isinstance(item, dict) or isinstance(item, list | tuple) and ", " in inner):
+            parts.append(f"{words}: {inner}" if len(kept) == 1 else f"{words} ({inner})")
         else:
-            text = ", ".join(f"{k}={show(v, limit)}" for k, v in value.items())
-    elif isinstance(value, list | tuple):
-        text = ",".join(show(v, limit) for v in value) or "[]"
-    else:
-        text = str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+            parts.append(f"{words} {inner}".strip())
+    return ", ".join(parts)
+
+
+def listed(names: list[str], shown: int = 3) -> str:
+    """Names in one line, the first `shown` of them: `gpu.count, gpu.model, gpu.driver and 14 more`."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

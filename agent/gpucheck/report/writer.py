@@ -7,8 +7,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,19 @@ FILES = tuple(RENDERERS)
 NAME_MAX = 100  # of the readable part of a node's file name (file systems allow 255 bytes)
 
 
-def default_dir(now: dt.datetime | None = None) -> Path:
-    """./gpucheck-report-<UTC time>/"""
+def default_dir(now: dt.datetime | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """$XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, ~/.local/state/... where XDG_STATE_HOME is
+    unset or not absolute (the XDG base directory rule). Never the current directory: that is often a checkout,
+    where a report is easily committed by accident. RuntimeError when there is no home directory either."""
+    env = os.environ if environ is None else environ
     now = now or dt.datetime.now(dt.timezone.utc)
-    return Path(f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}")
+    state = env.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        home = env.get("HOME") or os.path.expanduser("~")  # the password database's when HOME is unset
+        if not os.path.isabs(home):
+            raise RuntimeError("no home directory for the default report directory")
+        state = os.path.join(home, ".local", "state")
+    return Path(state) / "gpucheck" / "reports" / f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}"
 
 
 def safe_name(host: str) -> str:
