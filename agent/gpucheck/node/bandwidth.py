@@ -5,8 +5,6 @@ does not run: an all-reduce over one GPU moves nothing over a bus."""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 from ..model import Result, Status
@@ -14,7 +12,7 @@ from ..parsers import ParseError, parse
 from ..process import run
 from ..profiles import Profile
 from . import Check, Context
-from .burnin_runner import Program, run_programs
+from .burnin_runner import gpu_program, run_programs
 from .per_gpu import live_gpus
 
 # "Avg bus bandwidth" averages the whole size sweep; one large size gives the pass/fail figure.
@@ -53,9 +51,8 @@ def builtin(ctx: Context, size_B: int) -> dict[str, Any]:
         return {"gpus": len(gpus), "unavailable": "NVML gave a UUID for fewer than two GPUs: nothing to point it at"}
     memories = [g["memory_total_MiB"] * MIB for g in placed if g.get("memory_total_MiB")]
     size_B = min([size_B, *(m // BUILTIN_MEMORY_SHARE for m in memories)])
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(g["uuid"] for g in placed))
-    outcome = run_programs({"allreduce": Program([sys.executable, "-m", BUILTIN, "--bytes", str(size_B)], env)},
-                           ctx.bench_timeout)["allreduce"]
+    program = gpu_program(BUILTIN, [g["uuid"] for g in placed], ["--bytes", str(size_B)])
+    outcome = run_programs({"allreduce": program}, ctx.bench_timeout)["allreduce"]
     facts: dict[str, Any] = {"gpus": len(placed), "bytes": size_B, "evidence": outcome.stderr_tail}
     result = outcome.results.get("allreduce")
     if outcome.unavailable:

@@ -10,14 +10,12 @@ logged for each GPU during the run. The verdicts are in burnin_verdicts.py and b
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 from .. import skus
 from . import Check, CollectError, Context, burnin_burn, burnin_verdicts
 from .burnin_host import gpu_cpus, uptime_s, xids_during
-from .burnin_runner import Outcome, Program, run_programs
+from .burnin_runner import Outcome, Program, gpu_program, run_programs
 from .burnin_summary import summary
 from .links import sysfs_pci_address
 from .per_gpu import live_gpus
@@ -72,14 +70,13 @@ def worker_program(ctx: Context, gpu: dict[str, Any], tests: list[str], cpus: st
     profile_dtypes = ctx.profile.get("burnin", "gemm_dtypes") if ctx.profile else None
     dtypes = profile_dtypes or (list(sku["peak_TFLOPS"]) if sku else list(UNKNOWN_SKU_DTYPES))
     coverage = ctx.profile.get("burnin", "memtest_coverage_min", 0) if ctx.profile else 0
-    argv = [sys.executable, "-m", WORKER, "--tests", ",".join(tests), "--gemm-dtypes", ",".join(dtypes),
-            "--burn-seconds", f"{ctx.burn_seconds:g}", "--burn-dtype", burn_dtype(sku, gpu),
-            "--memtest-fraction", f"{max(MEMTEST_FRACTION, coverage):g}"]
+    args = ["--tests", ",".join(tests), "--gemm-dtypes", ",".join(dtypes), "--burn-seconds", f"{ctx.burn_seconds:g}",
+            "--burn-dtype", burn_dtype(sku, gpu), "--memtest-fraction", f"{max(MEMTEST_FRACTION, coverage):g}"]
     if gpu.get("pci_bus_id"):  # NVML's sampling during the burn finds the GPU by it
-        argv += ["--bus-id", gpu["pci_bus_id"]]
+        args += ["--bus-id", gpu["pci_bus_id"]]
     if cpus:
-        argv += ["--cpus", cpus]
-    return Program(argv, dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=gpu["uuid"]))
+        args += ["--cpus", cpus]
+    return gpu_program(WORKER, [gpu["uuid"]], args)
 
 
 def last_line(text: str) -> str:

@@ -46,6 +46,17 @@ def pcie_GBps(gen: Any, width: Any) -> float | None:
     return round(lane * width, 1)
 
 
+def pcie_link(gpu: Gpu) -> tuple[float | None, str]:
+    """(one-direction GB/s of the GPU's PCIe link at its best, what it is): NVML's maximum generation and width,
+    the SKU table's where NVML gives none. The host and the peer copies are judged against it."""
+    link = gpu.nvml.get("pcie") or {}
+    gen, width = link.get("gen_max"), link.get("width_max")
+    source = "NVML's maximum"
+    if (gen is None or width is None) and gpu.sku:
+        gen, width, source = gpu.sku.get("pcie_gen"), gpu.sku.get("pcie_width"), "the SKU table's"
+    return pcie_GBps(gen, width), f"PCIe Gen{gen} x{width} ({source})"
+
+
 def shown(value: float) -> float:
     """A measured figure as the report keeps it: 4 significant digits (777.1 TFLOP/s, a slow GPU's 0.00832)."""
     return value if isinstance(value, int) else float(f"{value:.4g}")

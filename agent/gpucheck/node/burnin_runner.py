@@ -13,6 +13,7 @@ import json
 import os
 import selectors
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,13 @@ READ_CHUNK_B = 65536
 class Program:
     argv: list[str]
     env: dict[str, str]
+
+
+def gpu_program(module: str, uuids: list[str], args: list[str]) -> Program:
+    """`python -m <module> <args>` in the agent's own interpreter, seeing the GPUs `uuids` as CUDA devices 0, 1, ...
+    in that order (docs/burnin.md: CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_VISIBLE_DEVICES the UUIDs)."""
+    return Program([sys.executable, "-m", module, *args],
+                   dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(uuids)))
 
 
 @dataclass

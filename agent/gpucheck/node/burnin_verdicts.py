@@ -12,7 +12,7 @@ from typing import Any
 
 from ..model import Result, Status
 from ..profiles import Profile
-from .burnin_judge import Gpu, Judged, fmt, judge_each, pcie_GBps, setting, settle, shown
+from .burnin_judge import Gpu, Judged, fmt, judge_each, pcie_link, setting, settle, shown
 from .per_gpu import field_error, read_finding
 
 GIB = 1024**3
@@ -122,13 +122,7 @@ def link_rate(gpu: Gpu) -> tuple[float | None, str, tuple[Status, str] | None]:
         record = field_error(gpu.nvml, key)
         if record is not None:
             return None, "", read_finding(key, record)
-    link = gpu.nvml.get("pcie") or {}
-    gen, width = link.get("gen_max"), link.get("width_max")
-    source = "NVML's maximum"
-    if (gen is None or width is None) and gpu.sku:
-        gen, width, source = gpu.sku.get("pcie_gen"), gpu.sku.get("pcie_width"), "the SKU table's"
-    rate = pcie_GBps(gen, width)
-    return rate, f"PCIe Gen{gen} x{width} ({source})", None
+    return (*pcie_link(gpu), None)
 
 
 def host_bandwidth(f: dict[str, Any], p: Profile) -> Result:

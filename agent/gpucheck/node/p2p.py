@@ -10,8 +10,6 @@ in every pair it is part of, so the GPU in most slow pairs is named, not only th
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import Counter
 from typing import Any
 
@@ -19,8 +17,8 @@ from ..model import Result, Status
 from ..profiles import Profile
 from . import Check, Context
 from .burnin import no_gpu_list
-from .burnin_judge import WORKER_HINT, Gpu, fmt, gpu_view, pcie_GBps, setting, shown
-from .burnin_runner import Program, run_programs
+from .burnin_judge import WORKER_HINT, Gpu, fmt, gpu_view, pcie_link, setting, shown
+from .burnin_runner import gpu_program, run_programs
 from .per_gpu import live_gpus
 
 PROGRAM = "gpucheck.gpuwork.p2p"
@@ -39,8 +37,8 @@ def collect(ctx: Context) -> dict[str, Any]:
     if len(placed) < 2:
         return {**facts, "skipped": "one GPU: no peer to copy to" if len(gpus) == 1 else
                 "fewer than two GPUs NVML gave a UUID for: no pair to test"}
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(g["uuid"] for g in placed))
-    outcome = run_programs({"p2p": Program([sys.executable, "-m", PROGRAM], env)}, ctx.bench_timeout)["p2p"]
+    program = gpu_program(PROGRAM, [g["uuid"] for g in placed], [])
+    outcome = run_programs({"p2p": program}, ctx.bench_timeout)["p2p"]
     result = outcome.results.get("p2p")
     why = None
     if result is None and not outcome.unavailable:
@@ -64,19 +62,11 @@ def nvlink_rate(src: Gpu, dst: Gpu, nvswitch: bool) -> tuple[float, str] | None:
     return per_link, f"one NVLink link {per_link:g} GB/s (a direct mesh: links per pair not known)"
 
 
-def pcie_rate(gpu: Gpu) -> float | None:
-    link = gpu.nvml.get("pcie") or {}
-    rate = pcie_GBps(link.get("gen_max"), link.get("width_max"))
-    if rate is None and gpu.sku:
-        rate = pcie_GBps(gpu.sku.get("pcie_gen"), gpu.sku.get("pcie_width"))
-    return rate
-
-
 def pair_basis(src: Gpu, dst: Gpu, nvswitch: bool) -> tuple[float, str] | None:
     nvlink = nvlink_rate(src, dst, nvswitch)
     if nvlink:
         return nvlink
-    rates = [r for r in (pcie_rate(src), pcie_rate(dst)) if r]
+    rates = [r for r in (pcie_link(src)[0], pcie_link(dst)[0]) if r]
     return (min(rates), f"PCIe {min(rates):g} GB/s") if len(rates) == 2 else None
 
 
