@@ -11,18 +11,17 @@ compared among themselves, never blamed against a majority that lacks it."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..model import Status
 from .consistency_sdc import compare_sdc
 from .context import ClusterContext, ClusterResult
+from .majority import grouped, names, tied
 
 PREFIX = "cluster.consistency."
 MISSING = "(missing)"  # the key is absent on this node (e.g. no torch stack): itself a difference
 NOT_FOUND = "(not found)"  # the key is there but the node found no version
-SHOW_NODES = 8
 TOP_LEVEL = {
     "profile": "profile",
     "driver_version": "driver",
@@ -61,24 +60,16 @@ def canonical(value: Any) -> str:
     return str(value)
 
 
-def names(nodes: list[str]) -> str:
-    shown = ", ".join(nodes[:SHOW_NODES])
-    return shown + (f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else "")
-
-
 def compare_key(key: str, label: str, values: dict[str, str]) -> ClusterResult:
     """values: node -> canonical value, every compared node present."""
-    groups: dict[str, list[str]] = {}
-    for node, value in values.items():
-        groups.setdefault(value, []).append(node)
+    groups, ranked = grouped(values)
     measured = {value: nodes for value, nodes in groups.items()}
     check = PREFIX + key
     if len(groups) == 1:
         value = next(iter(groups))
         return ClusterResult(check, Status.PASS, measured, value, f"all {len(values)} nodes: {label} {value}"
                              if len(values) > 1 else f"the only node: {label} {value}")
-    ranked = Counter({value: len(nodes) for value, nodes in groups.items()}).most_common()
-    if ranked[0][1] == ranked[1][1]:  # a tie: there is no majority to blame anyone against
+    if tied(ranked):
         parts = [f"{count} node{'s' if count > 1 else ''} ({names(groups[value])}) {value}" for value, count in ranked]
         return ClusterResult(check, Status.FAIL, measured, None, f"no majority for {label}: " + "; ".join(parts),
                              REMEDIATION)

@@ -11,23 +11,17 @@ failed its own gpu.sdc; it is blamed here too. Nodes without a checksum are list
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from ..model import Status
 from .context import ClusterResult
+from .majority import grouped, names, tied
 
 CHECK = "cluster.consistency.sdc"
-SHOW_NODES = 8
 SHOWN_DIGITS = 16  # of a checksum in a reason (the measured value keeps it whole)
 REMEDIATION = ("run gpucheck node --full --only gpu.sdc on the named nodes again; a node that keeps computing "
                "different bits than its peers has a faulty GPU (silent data corruption): drain it and run the "
                "vendor's diagnostics (dcgmi diag -r 4)")
-
-
-def listed(nodes: list[str]) -> str:
-    shown = ", ".join(nodes[:SHOW_NODES])
-    return shown + (f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else "")
 
 
 def sdc_of(facts: dict[str, Any]) -> dict[str, Any] | None:
@@ -48,9 +42,7 @@ def own_gpus_disagree(sdcs: dict[str, dict[str, Any]]) -> dict[str, str]:
 def compare_group(key: str, sdcs: dict[str, dict[str, Any]]) -> ClusterResult:
     """One key's nodes (node -> sdc facts) compared."""
     check = f"{CHECK}[{key}]"
-    groups: dict[str, list[str]] = {}
-    for node, sdc in sdcs.items():
-        groups.setdefault(sdc["checksum"], []).append(node)
+    groups, ranked = grouped({node: sdc["checksum"] for node, sdc in sdcs.items()})
     measured = {checksum: nodes for checksum, nodes in groups.items()}
     blamed = own_gpus_disagree(sdcs)
     inner = ("; " + "; ".join(f"{n}: {why}" for n, why in blamed.items())) if blamed else ""
@@ -59,14 +51,13 @@ def compare_group(key: str, sdcs: dict[str, dict[str, Any]]) -> ClusterResult:
         status = Status.FAIL if blamed else Status.SKIP
         return ClusterResult(check, status, measured, None, f"only {node} has {key}: no other node to compare its "
                              f"checksum with{inner}", REMEDIATION if blamed else "", nodes=blamed)
-    ranked = Counter({checksum: len(nodes) for checksum, nodes in groups.items()}).most_common()
     if len(ranked) == 1:
         checksum = ranked[0][0]
         status = Status.FAIL if blamed else Status.PASS
         return ClusterResult(check, status, measured, checksum, f"all {len(sdcs)} nodes compute the same bits "
                              f"({checksum[:SHOWN_DIGITS]}){inner}", REMEDIATION if blamed else "", nodes=blamed)
-    if ranked[0][1] == ranked[1][1]:  # a split: no majority to blame anyone against
-        parts = [f"{listed(groups[c])}: {c[:SHOWN_DIGITS]}" for c, _ in ranked]
+    if tied(ranked):  # a split: no majority to blame anyone against
+        parts = [f"{names(groups[c])}: {c[:SHOWN_DIGITS]}" for c, _ in ranked]
         return ClusterResult(check, Status.FAIL, measured, None, "different bits and no majority to say which are "
                              "wrong: " + "; ".join(parts) + "; rerun with a third node of the same key" + inner,
                              REMEDIATION, nodes=blamed)
@@ -76,7 +67,7 @@ def compare_group(key: str, sdcs: dict[str, dict[str, Any]]) -> ClusterResult:
         for node in nodes:
             why = f"computes different bits: {checksum[:SHOWN_DIGITS]}, not {majority[:SHOWN_DIGITS]} as {count} others"
             blamed[node] = why + ("; " + blamed[node] if node in blamed else "")
-    parts = [f"{listed(nodes)}: {c[:SHOWN_DIGITS]}" for c, nodes in odd]
+    parts = [f"{names(nodes)}: {c[:SHOWN_DIGITS]}" for c, nodes in odd]
     return ClusterResult(check, Status.FAIL, measured, majority,
                          "different bits: " + "; ".join(parts) + f", {count} others: {majority[:SHOWN_DIGITS]}" + inner,
                          REMEDIATION, nodes=blamed)
@@ -95,6 +86,6 @@ def compare_sdc(facts_by_node: dict[str, dict[str, Any]]) -> list[ClusterResult]
     missing = [n for n in facts_by_node if n not in sdcs]
     if missing:
         results.append(ClusterResult(CHECK, Status.SKIP, {"not_compared": missing}, None,
-                                     f"not compared: {listed(missing)} reported no gpu.sdc checksum (their own "
+                                     f"not compared: {names(missing)} reported no gpu.sdc checksum (their own "
                                      "gpu.sdc result says why)"))
     return results
