@@ -22,4 +22,8 @@ mkdir -p /tmp/gpucheck-profiles
 printf 'name: cold\ninherits: h100-1gpu\nburnin: {burn_temperature_C_max: 20}\n' >/tmp/gpucheck-profiles/cold.yaml
 python3 -m gpucheck node --profile /tmp/gpucheck-profiles/cold.yaml --only gpu.burn --burn-seconds 5 \
   2>&1 | tee "$OUT/fault-cold-burn.txt" | tail -8
+step "ResNet-50 training at 1 GPU (PyTorch DDP, AMP, batch 256): images/s beside checks/gpus.yaml's figures"
+timeout 600 torchrun --nnodes 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29510 \
+  agent/gpucheck/workloads/resnet_torch_ddp.py --iterations 5 --timeout-s 550 2>"$OUT/resnet50-torch-1gpu.log" \
+  | tee "$OUT/resnet50-torch-1gpu.txt" | cut -c1-600
 step "benchmark"; timeout 600 python3 bench/gpu_burnin.py 2>&1 | tee "$OUT/bench.txt" | tail -20

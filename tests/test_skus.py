@@ -111,6 +111,20 @@ def test_every_entry_cites_sources_the_header_defines():
         assert not bare, f"{sku_id}: figures without a source comment: {bare}"
 
 
+def test_published_training_figures_are_the_ones_their_source_line_quotes(table):
+    """Each resnet50_train_img_s figure appears, with thousands separators, in the header of the source it cites."""
+    text = TABLE.read_text()
+    header = text.split("\nskus:\n", 1)[0]
+    sources = {tag: block for tag, block in re.findall(r"^#\s+\[(rn50-[a-z]+)\]\s+(.*?)(?=^#\s+\[|^#\s*$|\Z)",
+                                                         header, re.M | re.S)}
+    assert set(sources) == {"rn50-tf", "rn50-pyt"}
+    cites = {"tf-horovod": "rn50-tf", "torch": "rn50-pyt"}
+    found = [(sku.id, fw, v) for sku in table.skus for fw, v in sku.resnet50_train_img_s.items()]
+    assert len(found) >= 4
+    for sku_id, framework, value in found:
+        assert f"{value:,.0f}" in sources[cites[framework]], (sku_id, framework, value)
+
+
 # ------------------------------------------------------------------ the H100 measured for this project
 
 def readme_peaks() -> dict[str, float]:
@@ -300,6 +314,11 @@ LAUGHS = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
     (GOOD + GOOD.split("skus:\n")[1].replace("  x:", "  y:").replace("0x1234", "0x4321"),
      "SKU 'y': nvml_names 'NVIDIA X' is also SKU 'x's"),
     (GOOD.replace("  x:", "  X Y:"), "SKU id 'X Y' must be lower-case"),
+    (GOOD + "    resnet50_train_img_s: {mxnet: 3000}\n",
+     "SKU 'x': 'resnet50_train_img_s' has unknown framework 'mxnet'"),
+    (GOOD + "    resnet50_train_img_s: {torch: 0}\n",
+     "SKU 'x': 'resnet50_train_img_s.torch' must be a finite number > 0"),
+    (GOOD + "    resnet50_train_img_s: [2470]\n", "SKU 'x': 'resnet50_train_img_s' must be a mapping of framework"),
     (GOOD + "version: 2\n", "unknown key 'version' (known: skus)"),
     ("skus: {}\n", "'skus' must be a non-empty mapping"),
     ("- 1\n", "must be a mapping with the key 'skus'"),
@@ -373,3 +392,9 @@ def test_an_installed_package_finds_its_own_table(tmp_path):
     path, count = done.stdout.split()
     assert Path(path) == site / "gpucheck" / "checks" / skus.SKU_TABLE_FILE
     assert int(count) == len(skus.load(TABLE).skus)
+
+
+def test_the_training_figures_frameworks_are_the_benchmarks_gpucheck_cluster_runs():
+    from gpucheck.cluster.frameworks import FRAMEWORKS
+
+    assert set(skus.TRAINING_FRAMEWORKS) == {f.benchmark for f in FRAMEWORKS.values()}

@@ -14,11 +14,12 @@ from typing import Any
 from . import config, netbench, profiles
 from .cli_types import Bounded, Parser, fail, port, seconds
 from .files import write_atomically
-from .model import EXIT_OK, EXIT_UNKNOWN
+from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from .node.kernel_log import XID_LOOKBACK_S
 
 MAX_PARSE_INPUT_B = 64 * 1024 * 1024  # `gpucheck parse` reads at most this: no tool log is larger
 DEFAULT_BURN_S = 60.0
+SLURM_DEADLINE_S = 60.0  # LBNL NHC's default timeout for a health check run by slurmd
 # a burn shorter than a second has no ~1 s window to judge; a day is longer than any acceptance burn-in
 burn_seconds = Bounded(float, "a number of seconds", 1, 24 * 3600, low_included=True, high_note=" (one day)",
                        limits="seconds, 1 to 86400 = one day")
@@ -38,6 +39,15 @@ examples:
   gpucheck node --profile dgx-h100 --skip gpu.xid
   gpucheck parse nccl-tests all_reduce.log    read a log you already have
   gpucheck profiles                      which profiles exist, which one this node gets
+  gpucheck node --slurm                  as Slurm's HealthCheckProgram, prolog or epilog: drain on a failure
+                                         with a `gpucheck:` reason, resume only gpucheck's own drains
+
+--slurm: the passive checks within --deadline (default 60 s, as NHC), then `scontrol update`: a failure
+drains this node (reason "gpucheck: <check> <why>") unless someone else drained it; a pass or a warning
+resumes it only if its drain reason starts with "gpucheck:"; a run that could not judge the node (a harness
+error) changes nothing. Exit 2 on a failure (the node is drained; a prolog's failure requeues the job), 3
+when scontrol could not act, else 0, also after a harness error: a prolog that exits non-zero makes Slurm
+drain the node itself, and a blip must not.
 """
 
 
@@ -90,6 +100,10 @@ def add_parsers(sub: Any) -> None:
     xid_window.add_argument("--xid-since", choices=["boot"],
                             help="boot: judge every Xid since boot (no look-back, no last clean run)")
     node.add_argument("--config", metavar="FILE", help=f"site configuration (default: {config.DEFAULT_PATH})")
+    node.add_argument("--slurm", action="store_true", help="tell Slurm: drain this node on a failure, resume "
+                      "gpucheck's own drain on a pass (see below); passive checks only, --deadline 60 by default")
+    node.add_argument("--slurm-node", metavar="NAME", help="this node's NodeName in Slurm (default: "
+                      "$SLURMD_NODENAME, else the node whose NodeName or NodeHostName is this host's name)")
 
     parse = sub.add_parser("parse", help="parse a tool's output into JSON",
                            description="Read the output of a GPU-cluster tool and print what gpucheck reads "
@@ -145,10 +159,16 @@ def node_report(args: argparse.Namespace) -> int:
     from .node.pipeline import Options, UsageError, run_node
     from .report import render
 
+    if args.slurm and args.full:
+        fail("--slurm runs the passive checks within Slurm's health-check time; the burn-in (--full) takes "
+             "minutes: run it in a job or from gpucheck cluster --full")
+    if args.slurm_node and not args.slurm:
+        fail("--slurm-node needs --slurm")
+    deadline = args.deadline if args.deadline is not None or not args.slurm else SLURM_DEADLINE_S
     try:
         site = config.load(args.config)
         report = run_node(Options(profile=args.profile, only=args.only, skip=args.skip, full=args.full,
-                                  timeout=args.timeout, bench_timeout=args.bench_timeout, deadline=args.deadline,
+                                  timeout=args.timeout, bench_timeout=args.bench_timeout, deadline=deadline,
                                   xid_lookback_s=args.xid_lookback, xid_since_boot=args.xid_since == "boot",
                                   burn_seconds=args.burn_seconds),
                           site)
@@ -173,7 +193,24 @@ def node_report(args: argparse.Namespace) -> int:
         print(f"gpucheck node: {counts} — exit {report.exit_code}; report in {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return report.exit_code
+    return tell_slurm(args.slurm_node, report) if args.slurm else report.exit_code
+
+
+def tell_slurm(node: str | None, report: Any) -> int:
+    """Drain or resume this node in Slurm by the report's verdict (slurm.decide); the exit code --slurm gives."""
+    from . import slurm
+
+    verdict = slurm.verdict_of(report.exit_code)
+    findings = [f"{r.check} {r.reason}".strip() for r in report.results if r.status.value == "fail"]
+    try:
+        current = slurm.show_node(slurm.this_node(node))
+        action = slurm.decide(current, verdict, findings)
+        slurm.apply(action)
+    except slurm.SlurmError as exc:
+        print(f"gpucheck: slurm: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    print(f"gpucheck: slurm: {action.describe()}", file=sys.stderr)
+    return EXIT_FAIL if verdict == "fail" else EXIT_OK  # a failed node is drained now, by us or before
 
 
 def cmd_parse(args: argparse.Namespace) -> int:

@@ -85,6 +85,11 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "dcgm_level": (int,),
         "dcgm_required": (bool,),
     },
+    "training": {  # docs/training.md: the cluster's ResNet-50 benchmark
+        "reference_fraction_min": NUM,
+        "scaling_efficiency_node_min": NUM,
+        "scaling_efficiency_cluster_min": NUM,
+    },
     "libraries": {"required": (list,)},
     "frameworks": {
         "required": (list,),
@@ -138,6 +143,8 @@ RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("burnin", "memtest_coverage_min"): FRACTION,
     ("burnin", "burn_temperature_C_max"): (0, 150, True),  # no GPU runs above ~100 C; 150 is a typo's bound
     ("burnin", "dcgm_level"): (1, 4, False),  # dcgmi diag -r 1..4
+    ("training", "scaling_efficiency_node_min"): FRACTION,
+    ("training", "scaling_efficiency_cluster_min"): FRACTION,
 }
 
 MAX_PROFILE_BYTES = 1 << 20

@@ -38,7 +38,9 @@ NUMBERS: dict[str, tuple[bool, bool, bool]] = {
     "pcie_gen": (True, False, True),
     "pcie_width": (True, False, True),
 }
-OTHER_KEYS = ("name", "nvml_names", "pci_device_ids", "peak_TFLOPS")
+# The frameworks a published ResNet-50 training figure may be for (`gpucheck cluster --framework` names).
+TRAINING_FRAMEWORKS = ("tf-horovod", "torch")
+OTHER_KEYS = ("name", "nvml_names", "pci_device_ids", "peak_TFLOPS", "resnet50_train_img_s")
 KEYS = (*OTHER_KEYS, *NUMBERS)
 
 
@@ -66,6 +68,8 @@ class Sku:
     nvml_memory_MiB: int | None = None
     nvlink_links: int = 0
     nvlink_GBps_per_link: float = 0
+    # published ResNet-50 training images/s on 1 GPU, mixed precision, per framework (docs/training.md)
+    resnet50_train_img_s: Mapping[str, float] = field(default_factory=dict)
     patterns: tuple[re.Pattern[str], ...] = field(default=(), repr=False, compare=False)
 
     def peak(self, dtype: str) -> float | None:
@@ -214,7 +218,7 @@ def entry_sku(sku_id: str, entry: Any, where: str) -> Sku:
                power_limit_W=numbers["power_limit_W"], pcie_gen=numbers["pcie_gen"],
                pcie_width=numbers["pcie_width"], nvml_memory_MiB=numbers["nvml_memory_MiB"],
                nvlink_links=numbers["nvlink_links"] or 0, nvlink_GBps_per_link=numbers["nvlink_GBps_per_link"] or 0,
-               patterns=patterns)
+               resnet50_train_img_s=training_figures(entry.get("resnet50_train_img_s"), where), patterns=patterns)
 
 
 def nvml_names(value: Any, where: str) -> tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]:
@@ -251,6 +255,22 @@ def peaks(value: Any, where: str) -> dict[str, float]:
         if not positive(figure):
             raise SkuError(f"{where}: 'peak_TFLOPS.{dtype}' must be a finite number > 0, got {shown(figure)}")
     return {dtype: value[dtype] for dtype in DTYPES if dtype in value}
+
+
+def training_figures(value: Any, where: str) -> dict[str, float]:
+    key = "resnet50_train_img_s"
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise SkuError(f"{where}: '{key}' must be a mapping of framework to images/s "
+                       f"({', '.join(TRAINING_FRAMEWORKS)})")
+    for framework, figure in value.items():
+        if framework not in TRAINING_FRAMEWORKS:
+            raise SkuError(f"{where}: '{key}' has unknown framework {shown(framework)} "
+                           f"(known: {', '.join(TRAINING_FRAMEWORKS)})")
+        if not positive(figure):
+            raise SkuError(f"{where}: '{key}.{framework}' must be a finite number > 0, got {shown(figure)}")
+    return dict(value)
 
 
 def number(entry: dict[str, Any], key: str, where: str) -> Any:

@@ -54,6 +54,9 @@ def test_all_healthy_every_stage_passes_with_pairs_and_scaling(lab4: LabState, t
     points = doc["scaling"]
     assert [p["gpus"] for p in points] == [1, 3]
     assert all(p["throughput"] > 0 for p in points) and 0 < points[1]["efficiency"] < 2
+    # the ResNet-50 benchmark measures GPUs: on the lab's CPU ranks it waits to be named in --stages
+    assert checks["cluster.training.tf-horovod"]["status"] == "skip"
+    assert "--stages ...,training" in checks["cluster.training.tf-horovod"]["reason"]
     html = (report / "report.html").read_text()
     assert 'aria-label="pair bandwidth matrix"' in html and 'aria-label="scaling efficiency chart"' in html
     assert "Horovod" in (report / "report.md").read_text()
@@ -79,6 +82,30 @@ def test_tensorflow_parameter_server_training_across_hosts(lab4: LabState, tmp_p
     assert [p["gpus"] for p in doc["scaling"]] == [1, 3] and doc["scaling"][1]["throughput"] > 0
     lab4.figures.update(tf_ps_1_worker_samples_per_s=doc["scaling"][0]["throughput"],
                         tf_ps_3_workers_samples_per_s=doc["scaling"][1]["throughput"])
+
+
+def test_the_resnet50_benchmark_across_three_hosts_on_cpu_ranks(lab4: LabState, tmp_path: Path) -> None:
+    """--stages training on the lab: the small ResNet-50 under real Horovod + TensorFlow, 1 rank, each host's own
+    job, then 3 hosts; figures reported as CPU ranks, nothing set beside a published GPU figure."""
+    report = tmp_path / "report"
+    done, doc, wall = run_cluster([*LIMIT, *QUICK, "--stages", "training", "--train-iterations", "3"], report)
+    lab4.timings["training_cpu_s"] = round(wall, 1)
+    bench = by_check(doc)["cluster.training.tf-horovod"]
+    assert bench["status"] in ("pass", "warn"), bench["reason"]  # warn: a host slower on this shared machine
+    assert "CPU ranks, not a GPU measurement" in bench["reason"]
+    training = doc["training"]
+    assert training["device"] == "CPU" and training["model"]["width"] == 8 and training["precision"] == "fp32"
+    assert [r["run"] for r in training["runs"]] == ["1 rank", *HEALTHY, "3 nodes"]
+    assert all(r["images_per_s"] > 0 and r["iteration_min"] <= r["iteration_max"] for r in training["runs"])
+    assert [r["node"] for r in training["nodes"]] == list(HEALTHY)
+    assert all(r["reference"] is None and r["fleet_median"] > 0 for r in training["nodes"])
+    scaling = by_check(doc)["cluster.training.scaling"]
+    assert scaling["status"] == "skip" and scaling["reason"].startswith("measured, not judged")
+    assert [p["gpus"] for p in doc["scaling"]] == [1, 3] and all(p["device"] == "CPU" for p in doc["scaling"])
+    markdown = (report / "report.md").read_text()
+    assert "## Training benchmark" in markdown and "**CPU ranks, not GPUs.**" in markdown
+    assert "Training benchmark" in (report / "report.html").read_text()
+    lab4.figures.update(resnet_small_cpu={r["run"]: r["images_per_s"] for r in training["runs"]})
 
 
 def test_four_hosts_the_faulty_one_is_drained_and_the_rest_still_tested(lab4: LabState, tmp_path: Path) -> None:

@@ -22,8 +22,10 @@ SCRIPTS = {
     "smoke_torch_ddp.py": {"torch"},
     "smoke_tf_ps.py": {"tensorflow", "numpy"},
     "allreduce_bench.py": {"tensorflow", "horovod", "torch"},
+    "resnet_horovod_keras.py": {"tensorflow", "horovod", "numpy"},
+    "resnet_torch_ddp.py": {"torch"},
 }
-GPUCHECK_SIDE = ["launch.py", "results.py"]
+GPUCHECK_SIDE = ["launch.py", "results.py", "training_results.py"]
 STDLIB = set(sys.stdlib_module_names)
 SIBLINGS = {path.stem for path in SUPPORT_FILES}  # rank_io: imported from the script's own folder
 TF_CONFIG = json.dumps({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
@@ -77,7 +79,8 @@ def test_help_runs_without_any_framework(name):
 
 
 @pytest.mark.parametrize("name, extra", [("smoke_horovod_keras.py", []), ("smoke_torch_ddp.py", []),
-                                         ("allreduce_bench.py", ["--framework", "torch"])])
+                                         ("allreduce_bench.py", ["--framework", "torch"]),
+                                         ("resnet_horovod_keras.py", []), ("resnet_torch_ddp.py", [])])
 def test_missing_framework_still_prints_one_failed_result(name, extra):
     """-S: no site-packages, so the framework import fails the way it does on a badly provisioned node."""
     done = subprocess.run([sys.executable, "-I", "-S", str(WORKLOADS / name), *extra], capture_output=True,
@@ -92,7 +95,8 @@ def test_missing_framework_still_prints_one_failed_result(name, extra):
 
 
 @pytest.mark.parametrize("name, framework", [("smoke_torch_ddp.py", "torch"), ("smoke_horovod_keras.py", "horovod"),
-                                             ("smoke_tf_ps.py", "tensorflow")])
+                                             ("smoke_tf_ps.py", "tensorflow"), ("resnet_torch_ddp.py", "torch"),
+                                             ("resnet_horovod_keras.py", "tensorflow")])
 def test_the_scripts_folder_does_not_shadow_a_framework(tmp_path, name, framework):
     """On a node the script lies in a folder with rank_io.py (and whatever else is there): Python puts that
     folder first on sys.path, the script takes it off again before any framework is imported."""

@@ -31,10 +31,14 @@ examples:
   gpucheck cluster --full --report /srv/handoff/rack3  benchmarks too; stragglers vs the fleet median
   gpucheck cluster --stages consistency,network        only compare the nodes and test the pairs
   gpucheck cluster --skip-stages smoke --pair-seconds 10
+  gpucheck cluster -i inventory/prod --drain           drain the failed nodes in Slurm, resume repaired ones
+  gpucheck cluster -i inventory/lab --stages smoke,training   the ResNet-50 benchmark on CPU ranks (small model)
 
 stages (in this order): consistency (versions agree), network (pair bandwidth, the slow node named),
 mpi (one rank per node), allreduce (bus bandwidth across nodes), smoke (distributed training and
-scaling efficiency), stragglers (nodes below the fleet median).
+scaling efficiency), training (ResNet-50 images/s per GPU at 1 GPU, on every node and across all, against
+the fleet median, the GPU's published figure and the profile's scaling minimums: docs/training.md; on CPU
+ranks only when named in --stages), stragglers (nodes below the fleet median).
 
 inventory: host names are one word (no whitespace or control character: drain.txt is one `node reason`
 line per node, for `while read n r; do scontrol update nodename=$n ...`); a --pattern or --limit part
@@ -93,14 +97,16 @@ def add_parser(subparsers: Any) -> None:
                   "a node below F x the fleet median of a measured figure is a straggler (default: %(default)g)")
     cmp.add_argument("--network-sample", type=whole_number, metavar="K",
                      help="network stage: test K rounds of the pair schedule, spread over it (default: all)")
-    lab = p.add_argument_group("cluster stages (network, MPI, all-reduce, smoke training)")
-    lab.add_argument("--stages", type=_stage_list, default=STAGE_NAMES, metavar="A,B,...",
-                     help=f"run only these stages (default: all: {','.join(STAGE_NAMES)})")
+    lab = p.add_argument_group("cluster stages (network, MPI, all-reduce, smoke training, training benchmark)")
+    lab.add_argument("--stages", type=_stage_list, metavar="A,B,...",
+                     help=f"run only these stages (default: all: {','.join(STAGE_NAMES)}; training runs on CPU "
+                          "ranks only when named here)")
     lab.add_argument("--skip-stages", type=_stage_list, default=(), metavar="A,B,...",
                      help="leave these stages out")
     lab.add_argument("--framework", choices=list(FRAMEWORKS), default=DEFAULTS.framework,
                      help="smoke training job: Horovod + TensorFlow/Keras (default), PyTorch DDP, or TensorFlow "
-                          "parameter-server mode")
+                          "parameter-server mode; the training benchmark runs in the same framework (Horovod for "
+                          "tf-ps)")
     _with_default(lab, "--pair-seconds", seconds, "S",
                   "network stage: seconds each pair streams (default: %(default)g)")
     _with_default(lab, "--pair-fraction", fraction, "F",
@@ -113,9 +119,22 @@ def add_parser(subparsers: Any) -> None:
     _with_default(lab, "--allreduce-size", size, "SIZE",
                   "built-in all-reduce benchmark: bytes per rank (default: %(default)s; all_reduce_perf uses the "
                   "profile's nccl_allreduce_size_B)")
+    lab.add_argument("--train-width", type=whole_number, metavar="W",
+                     help="training benchmark: ResNet-50's base width (default: 64, ResNet-50 as published, on GPUs; "
+                          "8 on CPU ranks); only width 64 at 224 px is set beside a published figure")
+    lab.add_argument("--train-image-size", type=whole_number, metavar="PX",
+                     help="training benchmark: square synthetic images (default: 224 on GPUs, 32 on CPU ranks)")
+    lab.add_argument("--train-batch-size", type=whole_number, metavar="N",
+                     help="training benchmark: images per GPU a step (default: 256 on GPUs, 16 on CPU ranks)")
+    _with_default(lab, "--train-iterations", whole_number, "N",
+                  "training benchmark: timed iterations of 10 steps, after 10 warm-up steps (default: %(default)s)")
     lab.add_argument("--scaling-efficiency-min", type=fraction, metavar="F",
                      help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
                           "published figures, not judged)")
+    cmp.add_argument("--drain", action="store_true",
+                     help="tell Slurm (scontrol on this machine): drain every node of the drain list with its "
+                          "`gpucheck:` reason, resume the nodes that passed if gpucheck drained them, leave a drain "
+                          "someone else made and the nodes that could not be checked as they are")
     cmp.add_argument("--report", type=Path, metavar="DIR",
                      help="report directory (default: $XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, "
                           "~/.local/state/gpucheck/reports/... without XDG_STATE_HOME; never the current directory, "
@@ -160,14 +179,17 @@ def run(args: argparse.Namespace) -> int:
     from .context import ClusterContext
     from .inventory import InventoryError, load
 
-    selected = tuple(n for n in args.stages if n not in args.skip_stages)
+    selected = tuple(n for n in (args.stages or STAGE_NAMES) if n not in args.skip_stages)
     options = Options(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
                       host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
                       remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
                       network_sample=args.network_sample, stages=selected, framework=args.framework,
                       pair_seconds=args.pair_seconds, pair_fraction=args.pair_fraction,
                       stage_timeout=args.stage_timeout, smoke_steps=args.smoke_steps,
-                      allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min)
+                      allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min,
+                      stages_asked=args.stages or (), train_width=args.train_width,
+                      train_image_size=args.train_image_size, train_batch_size=args.train_batch_size,
+                      train_iterations=args.train_iterations, drain=args.drain)
     try:
         fanout.build_command(options)
     except ValueError as exc:
@@ -229,4 +251,18 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:  # the report directory went away or filled up
             return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
     sys.stdout.write(report.render_summary(doc, directory))
-    return int(doc["exit_code"])
+    code = int(doc["exit_code"])
+    if options.drain:
+        from .slurm_drain import apply_drain
+
+        ctx.slurm, error = apply_drain(ctx, doc)
+        for item in ctx.slurm:
+            print(f"slurm: {item['text']}" if item["action"] != "error" else f"slurm: {item['node']}: {item['text']}")
+        try:
+            save(complete=True)
+        except OSError as exc:
+            return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
+        if error:
+            print(f"gpucheck: slurm: {error}", file=sys.stderr)
+            code = max(code, EXIT_UNKNOWN) if code != 2 else code
+    return code

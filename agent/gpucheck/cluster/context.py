@@ -63,6 +63,7 @@ class Options:
     straggler_fraction: float = 0.9
     network_sample: int | None = None
     stages: tuple[str, ...] | None = None  # the stages run, in order; None: every one (stages.STAGE_NAMES)
+    stages_asked: tuple[str, ...] = ()  # what --stages named, when it was given: opt-in stages run only if named
     framework: str = DEFAULT_FRAMEWORK  # a key of frameworks.FRAMEWORKS
     pair_seconds: float = 3.0
     pair_fraction: float = 0.7
@@ -70,6 +71,12 @@ class Options:
     smoke_steps: int = 20  # steps per epoch on every rank (2 epochs)
     allreduce_size: str = "64M"
     scaling_efficiency_min: float | None = None  # warn below; None: reported beside the published figures only
+    # the training benchmark (docs/training.md); None: ResNet-50 as published on GPUs, a small one on CPU ranks
+    train_width: int | None = None
+    train_image_size: int | None = None
+    train_batch_size: int | None = None
+    train_iterations: int = 5
+    drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm_drain.py)
 
     def agent_argv(self) -> list[str]:
         """The agent's command on the nodes (--remote-command) as argv."""
@@ -87,6 +94,8 @@ class ClusterContext:
     # network stage: {"a", "b", "value", "unit", "status"}; smoke stage: {"label", "gpus", "throughput", "efficiency"}
     pairs: list[dict[str, Any]] = field(default_factory=list)
     scaling: list[dict[str, Any]] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)  # the training stage's table (training_verdict)
+    slurm: list[dict[str, str]] = field(default_factory=list)  # what --drain did in Slurm, node by node
     timings: dict[str, float] = field(default_factory=dict)
 
     def checked(self) -> list[str]:

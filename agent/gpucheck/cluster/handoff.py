@@ -9,10 +9,8 @@ from typing import Any
 from .. import __version__
 from ..model import EXIT_UNKNOWN, Result, Status, exit_code, worst
 from ..report.writer import node_file
+from ..slurm import drain_reason
 from .context import ClusterContext, ClusterResult, NodeOutcome
-
-DRAIN_PREFIX = "gpucheck:"  # an NHC-style resume undrains only the drains that carry its own prefix
-DRAIN_REASON_MAX = 240
 
 
 def fail_safe(nodes: dict[str, NodeOutcome]) -> None:
@@ -23,10 +21,6 @@ def fail_safe(nodes: dict[str, NodeOutcome]) -> None:
         for outcome in nodes.values():
             outcome.status = Status.ERROR
             outcome.reason += " (no node was reachable: check this machine's network and the inventory)"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 def drain(ctx: ClusterContext) -> list[tuple[str, str]]:
@@ -47,13 +41,8 @@ def drain(ctx: ClusterContext) -> list[tuple[str, str]]:
             for node, why in result.nodes.items():
                 reasons.setdefault(node, []).append(f"{result.check} {why}")
     order = [h.name for h in ctx.inventory.hosts]
-    lines = []
-    for node in sorted(reasons, key=lambda n: order.index(n) if n in order else len(order)):
-        text = _one_line("; ".join(reasons[node]))
-        if len(text) > DRAIN_REASON_MAX:
-            text = text[:DRAIN_REASON_MAX - 1] + "…"
-        lines.append((node, f"{DRAIN_PREFIX} {text}"))
-    return lines
+    return [(node, drain_reason(reasons[node]))
+            for node in sorted(reasons, key=lambda n: order.index(n) if n in order else len(order))]
 
 
 def overall_exit(ctx: ClusterContext, interrupted: bool = False) -> int:
@@ -137,6 +126,8 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
         "figures": ctx.figures,
         "pairs": ctx.pairs,
         "scaling": ctx.scaling,
+        "training": ctx.training,
+        "slurm": ctx.slurm,
         "drain": [{"node": n, "reason": r} for n, r in drained],
         "timings": ctx.timings,
     }

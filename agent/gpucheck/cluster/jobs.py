@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..model import Status
 from ..workloads import launch
-from .context import ClusterContext
-from .nodes import address, stack_python, thresholds
+from .context import ClusterContext, ClusterResult
+from .frameworks import Framework
+from .nodes import Participants, address, participants, stack_python, thresholds, unknown_thresholds
 from .ssh import Remote, RemoteHosts, command
 
 REMOTE_DIR = "/var/tmp/gpucheck"  # where workload scripts are copied on the nodes
@@ -41,6 +43,38 @@ class Layout:
                 return node
             rank -= count
         return None
+
+
+def stack_cast(ctx: ClusterContext, check: str, framework: Framework, name: str) -> Participants | ClusterResult:
+    """The nodes a job of `framework` can run on (usable, with its stack's frameworks), or the stage's one
+    result when there are none: an error where a node's profile requires the frameworks, else a skip."""
+    stack, needs = framework.stack, framework.needs
+    cast = participants(ctx)
+    if not cast.nodes:
+        return cast.skip(check, "no usable node")
+    lacking = {n: f"no {'/'.join(needs)} in its {stack} stack" for n in cast.nodes
+               if not all(_has(ctx, n, stack, f) for f in needs)}
+    if len(lacking) == len(cast.nodes):
+        status = Status.ERROR if _required(ctx, cast.nodes, needs) else Status.SKIP
+        return ClusterResult(check, status, reason=f"the {stack} stack with {' and '.join(needs)} is missing on "
+                             f"every node (no node reports it in facts.frameworks): cannot run the {name} job"
+                             + unknown_thresholds(ctx, cast.nodes),  # whether their profile requires it
+                             remediation=f"install the {stack} stack (site.yml, frameworks role) or pick another "
+                                         "--framework")
+    return Participants([n for n in cast.nodes if n not in lacking], {**cast.left_out, **lacking})
+
+
+def _has(ctx: ClusterContext, node: str, stack: str, framework: str) -> bool:
+    versions = ((ctx.nodes[node].facts or {}).get("frameworks") or {}).get(stack) or {}
+    return versions.get(framework) is not None
+
+
+def _required(ctx: ClusterContext, nodes: list[str], frameworks: tuple[str, ...]) -> bool:
+    for node in nodes:
+        profile = thresholds(ctx, node)
+        if profile and set(frameworks) & set(profile.get("frameworks", "required", []) or []):
+            return True
+    return False
 
 
 def on_gpus(ctx: ClusterContext, nodes: Sequence[str]) -> bool:
@@ -112,6 +146,40 @@ def mpirun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence
     return run.run(launcher, command(argv, env=dict(env)), timeout)
 
 
+def start_all(run: RemoteHosts, starts: list[tuple[str, str]], timeout: float) -> list[Remote]:
+    """Start one command per (node, command) at once and wait for every one."""
+    started = [run.start(node, cmd, timeout) for node, cmd in starts]
+    with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="gpucheck-task") as pool:
+        return list(pool.map(lambda bg: bg.wait(), started))
+
+
+def combined(parts: list[Remote]) -> Remote:
+    """One Remote standing for several: ok when all are; the first failure's error."""
+    first_bad = next((p for p in parts if not p.ok), None)
+    return Remote(parts[0].host if parts else "", "\n".join(p.command for p in parts),
+                  "".join(p.stdout for p in parts), "\n".join(p.stderr for p in parts if p.stderr),
+                  0 if first_bad is None else first_bad.exit, first_bad.error if first_bad else None,
+                  first_bad.kind if first_bad else "", max((p.wall_s for p in parts), default=0.0))
+
+
+def torchrun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, python: str, path: str, args: Sequence[str],
+             gpus: bool, port: int, timeout: float) -> Remote:
+    """One torchrun per node of the layout (static rendezvous on its first node's `port`), all at once."""
+    torchrun_bin = python.rsplit("/", 1)[0] + "/torchrun"
+    master = address(ctx, lay.slots[0][0], data=False)
+    starts = []
+    for i, (node, k) in enumerate(lay.slots):
+        argv = launch.torchrun_command(path, list(args), nnodes=len(lay.slots), node_rank=i, nproc_per_node=k,
+                                       master_addr=master, master_port=port, torchrun=torchrun_bin)
+        starts.append((node, command(argv, env=rank_env(gpus))))
+    return combined(start_all(run, starts, timeout))
+
+
+def rank_watchdog_s(stage_timeout: float) -> float:
+    """Each rank's own watchdog: a little under the launcher's limit, so a hung rank reports itself."""
+    return max(30.0, stage_timeout - 15)
+
+
 def rank_env(gpus: bool) -> dict[str, str]:
     return {**RANK_ENV, **({} if gpus else CPU_RANK_ENV)}
 
@@ -136,7 +204,7 @@ def blame_ranks(verdict: Mapping[str, Any], lay: Layout, timed_out: bool) -> dic
     for item in verdict.get("loss_not_fallen") or []:
         node = lay.node_of(item.get("rank")) if isinstance(item.get("rank"), int) else None
         if node:
-            why.setdefault(node, []).append(f"rank {item.get('rank')}: loss did not fall")
+            why.setdefault(node, []).append(f"rank {item.get('rank')}: {verdict.get('loss_rule', 'loss did not fall')}")
     if len(why) == len(lay.slots) and len(lay.slots) > 1:
         return {}
     return {node: "; ".join(items) for node, items in why.items()}

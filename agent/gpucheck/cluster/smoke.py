@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,7 @@ from ..workloads.results import judge_ps, judge_smoke, parse_results, scaling
 from . import jobs
 from .context import ClusterContext, ClusterResult, Options
 from .frameworks import FRAMEWORKS
-from .nodes import Participants, address, participants, remote_hosts, thresholds, unknown_thresholds
+from .nodes import address, remote_hosts, unknown_thresholds
 from .ssh import Remote, RemoteHosts, command
 
 SCALING = "cluster.scaling"
@@ -55,19 +54,6 @@ class Run:
         return bool(self.verdict.get("passed")) and self.done is not None and self.done.ok
 
 
-def _has(ctx: ClusterContext, node: str, stack: str, framework: str) -> bool:
-    versions = ((ctx.nodes[node].facts or {}).get("frameworks") or {}).get(stack) or {}
-    return versions.get(framework) is not None
-
-
-def _required(ctx: ClusterContext, nodes: list[str], frameworks: tuple[str, ...]) -> bool:
-    for node in nodes:
-        profile = thresholds(ctx, node)
-        if profile and set(frameworks) & set(profile.get("frameworks", "required", []) or []):
-            return True
-    return False
-
-
 def smoke_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
     began = time.monotonic()
     options = ctx.options
@@ -77,21 +63,10 @@ def smoke_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Res
     if framework is None:
         return [ClusterResult(check, Status.ERROR,
                               reason=f"unknown framework {name!r} (one of {', '.join(FRAMEWORKS)})")]
-    stack, needs = framework.stack, framework.needs
-    cast = participants(ctx)
-    if not cast.nodes:
-        return [cast.skip(check, "no usable node")]
-    lacking = {n: f"no {'/'.join(needs)} in its {stack} stack" for n in cast.nodes
-               if not all(_has(ctx, n, stack, f) for f in needs)}
-    if len(lacking) == len(cast.nodes):
-        status = Status.ERROR if _required(ctx, cast.nodes, needs) else Status.SKIP
-        return [ClusterResult(check, status, reason=f"the {stack} stack with {' and '.join(needs)} is missing on "
-                              f"every node (no node reports it in facts.frameworks): cannot run the {name} job"
-                              + unknown_thresholds(ctx, cast.nodes),  # whether their profile requires it
-                              remediation=f"install the {stack} stack (site.yml, frameworks role) or pick another "
-                                          "--framework")]
-    cast = Participants([n for n in cast.nodes if n not in lacking], {**cast.left_out, **lacking})
-    nodes = cast.nodes
+    cast = jobs.stack_cast(ctx, check, framework, name)
+    if isinstance(cast, ClusterResult):
+        return [cast]
+    nodes, stack = cast.nodes, framework.stack
     python, unusable = jobs.pythons(ctx, nodes, stack)
     if python is None or unusable:
         return [ClusterResult(check, Status.ERROR, reason="cannot find one python for the job: " + "; ".join(
@@ -127,14 +102,10 @@ def plan_runs(ctx: ClusterContext, nodes: list[str], gpus: bool) -> list[Run]:
     return runs
 
 
-def _timeout_s(options: Options) -> float:
-    """Each rank's own watchdog: a little under the launcher's limit, so a hung rank reports itself."""
-    return max(30.0, options.stage_timeout - 15)
-
-
 def _training_args(options: Options) -> list[str]:
     """What the Horovod and DDP jobs are told: 2 epochs of --smoke-steps steps, and their watchdog."""
-    return ["--epochs", "2", "--steps", str(options.smoke_steps), "--timeout-s", f"{_timeout_s(options):g}"]
+    watchdog = jobs.rank_watchdog_s(options.stage_timeout)
+    return ["--epochs", "2", "--steps", str(options.smoke_steps), "--timeout-s", f"{watchdog:g}"]
 
 
 def _horovod(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, path: str, gpus: bool,
@@ -151,34 +122,9 @@ def _judge(r: Run, rows: list[dict[str, Any]], workload: str) -> None:
         r.blamed = jobs.blame_ranks(r.verdict, r.lay, bool(r.done and r.done.timed_out))
 
 
-def _start_all(run: RemoteHosts, starts: list[tuple[str, str]], timeout: float) -> list[Remote]:
-    """Start one command per (node, command) at once and wait for every one."""
-    started = [run.start(node, cmd, timeout) for node, cmd in starts]
-    with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="gpucheck-task") as pool:
-        return list(pool.map(lambda bg: bg.wait(), started))
-
-
-def _combined(parts: list[Remote]) -> Remote:
-    """One Remote standing for several: ok when all are; the first failure's error."""
-    first_bad = next((p for p in parts if not p.ok), None)
-    out = Remote(parts[0].host if parts else "", "\n".join(p.command for p in parts),
-                 "".join(p.stdout for p in parts), "\n".join(p.stderr for p in parts if p.stderr),
-                 0 if first_bad is None else first_bad.exit, first_bad.error if first_bad else None,
-                 first_bad.kind if first_bad else "", max((p.wall_s for p in parts), default=0.0))
-    return out
-
-
 def _torch(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, path: str, gpus: bool, r: Run) -> None:
-    torchrun = python.rsplit("/", 1)[0] + "/torchrun"
-    master = address(ctx, r.lay.slots[0][0], data=False)
-    args = _training_args(options)
-    starts = []
-    for i, (node, k) in enumerate(r.lay.slots):
-        argv = launch.torchrun_command(path, args, nnodes=len(r.lay.slots), node_rank=i, nproc_per_node=k,
-                                       master_addr=master, master_port=TORCH_PORT, torchrun=torchrun)
-        starts.append((node, command(argv, env=jobs.rank_env(gpus))))
-    parts = _start_all(run, starts, options.stage_timeout)
-    r.done = _combined(parts)
+    r.done = jobs.torchrun(ctx, run, r.lay, python, path, _training_args(options), gpus, TORCH_PORT,
+                           options.stage_timeout)
     _judge(r, parse_results(r.done.stdout), "smoke_torch_ddp")
 
 
@@ -188,11 +134,10 @@ def _ps(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, pa
     workers = r.lay.slots[0][1]  # workers per host: one per GPU (one on CPU nodes); the 1-rank run: 1
     tasks = launch.plan_ps_cluster(hosts, PS_PORT, num_ps=1, workers_per_host=workers)
     steps = max(20, 3 * options.smoke_steps)
-    watchdog = f"{_timeout_s(options):g}"
+    watchdog = f"{jobs.rank_watchdog_s(options.stage_timeout):g}"
     args = ["--steps", str(steps), "--timeout-s", watchdog, "--chief-wait-s", watchdog]
     starts = [(by_address[t.host], command([python, path, *args], env=t.env(jobs.rank_env(gpus)))) for t in tasks]
-    parts = _start_all(run, starts, options.stage_timeout)
-    r.done = _combined(parts)
+    r.done = jobs.combined(jobs.start_all(run, starts, options.stage_timeout))
     expected = {"chief": 1, "worker": sum(1 for t in tasks if t.role == "worker"),
                 "ps": sum(1 for t in tasks if t.role == "ps")}
     rows = parse_results(r.done.stdout)

@@ -2,7 +2,7 @@
 come from it). A stage is a function (ClusterContext) -> list[Result] run after the fan-out; the
 report is rewritten after each one, so a later stage that hangs or crashes loses nothing before it.
 
-The network, mpi, allreduce and smoke stages sit between consistency and stragglers so the figures
+The network, mpi, allreduce, smoke and training stages sit between consistency and stragglers so the figures
 they add to ctx.figures are compared too. Each stage's module is imported when the stage runs:
 `gpucheck --help` reads the names only."""
 
@@ -49,6 +49,13 @@ def smoke(ctx: ClusterContext) -> list[Result]:
     return smoke_stage(ctx)
 
 
+def training(ctx: ClusterContext) -> list[Result]:
+    """ResNet-50 images/s per GPU at 1 GPU, on every node and across all (docs/training.md); opt-in on CPU ranks."""
+    from .training import training_stage
+
+    return training_stage(ctx)
+
+
 def stragglers(ctx: ClusterContext) -> list[Result]:
     """Nodes below the fleet median of a figure: their own benchmarks and what the stages measured."""
     from .stragglers import find, node_figures
@@ -65,6 +72,7 @@ STAGES: list[tuple[str, Stage]] = [
     ("mpi", mpi),
     ("allreduce", allreduce),
     ("smoke", smoke),
+    ("training", training),
     ("stragglers", stragglers),
 ]
 STAGE_NAMES = tuple(name for name, _ in STAGES)

@@ -9,6 +9,7 @@ from typing import Any
 
 from .cluster_burnin import burnin_section
 from .cluster_drain import render_drain
+from .cluster_training import training_html
 from .cluster_wording import (
     CPU_NOTE,
     actions,
@@ -159,7 +160,7 @@ def render_html(doc: dict[str, Any]) -> str:
     if passed:
         body.append(f"<details><summary>{len(passed)} passing cluster check(s)</summary>{results_table(passed)}"
                     "</details>")
-    body += [pair_section(doc), scaling_section(doc)]
+    body += [pair_section(doc), scaling_section(doc), training_html(doc)]
     burnin = burnin_section(doc)
     if burnin:
         body.append(render_burnin(burnin))

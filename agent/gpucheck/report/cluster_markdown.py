@@ -10,6 +10,7 @@ from typing import Any
 
 from .cluster_burnin import burnin_section, heading, reference_text, share
 from .cluster_drain import render_drain
+from .cluster_training import training_lines
 from .cluster_wording import (
     CPU_LABEL,
     CPU_NOTE,
@@ -195,5 +196,5 @@ def render_markdown(doc: dict[str, Any]) -> str:
     burnin = burnin_section(doc)
     if burnin:
         lines += burnin_lines(burnin)
-    lines += pair_lines(doc) + scaling_lines(doc)
+    lines += pair_lines(doc) + scaling_lines(doc) + training_lines(doc)
     return "\n".join(lines) + "\n"

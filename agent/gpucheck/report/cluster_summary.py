@@ -9,6 +9,7 @@ from typing import Any
 
 from .cluster_burnin import burnin_section, heading
 from .cluster_drain import one_line
+from .cluster_training import training_summary
 from .cluster_wording import counts_text, node_map, number, scaling_points, scaling_summary, status_of, verdict
 
 
@@ -49,6 +50,8 @@ def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10)
     if burnin:
         lines.append(burnin_line(burnin, limit))
     lines += [one_line("scaling: " + line) for line in scaling_summary(scaling_points(doc))[:limit]]
+    if training_summary(doc):
+        lines.append(one_line(training_summary(doc)))
     drained = [str(d.get("node")) for d in doc.get("drain") or () if isinstance(d, dict)]
     if drained:
         shown = ", ".join(drained[:20]) + (f" and {len(drained) - 20} more" if len(drained) > 20 else "")

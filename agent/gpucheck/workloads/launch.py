@@ -1,10 +1,11 @@
 """Command lines and environments that start the workloads across nodes (gpucheck side; stdlib only).
 
-The workloads themselves (smoke_horovod_keras.py, smoke_torch_ddp.py, smoke_tf_ps.py,
-allreduce_bench.py) are standalone scripts run by a framework virtualenv's python, each importing
-rank_io.py from its own folder (``files_for`` names what must be copied to a node); this module only
-builds what starts them, as argv lists (never a shell string with interpolated values; ``remote_command``
-quotes each word for the one place that needs a string, an SSH command line):
+The workloads themselves (smoke_horovod_keras.py, smoke_torch_ddp.py, smoke_tf_ps.py, allreduce_bench.py,
+and the training benchmark's resnet_horovod_keras.py and resnet_torch_ddp.py) are standalone scripts run by a
+framework virtualenv's python, each importing rank_io.py from its own folder (``files_for`` names what must be
+copied to a node); this module only builds what starts them, as argv lists (never a shell string with
+interpolated values; ``remote_command`` quotes each word for the one place that needs a string, an SSH
+command line):
 
 - ``mpirun_command`` / ``horovodrun_command``: one launcher on the admin node starts every rank;
 - ``torchrun_command``: one torchrun per node (env:// rendezvous on the first node);
@@ -31,6 +32,8 @@ SCRIPTS = {
     "torch": HERE / "smoke_torch_ddp.py",
     "tf-ps": HERE / "smoke_tf_ps.py",
     "allreduce": HERE / "allreduce_bench.py",
+    "resnet-horovod": HERE / "resnet_horovod_keras.py",
+    "resnet-torch": HERE / "resnet_torch_ddp.py",
 }
 # The modules every script in SCRIPTS imports from its own folder: copied beside the script on every node.
 SUPPORT_FILES = (HERE / "rank_io.py",)
@@ -40,7 +43,8 @@ PS_ROLES = ("chief", "worker", "ps")
 
 
 def script_path(kind: str) -> Path:
-    """The file of one workload: 'horovod', 'torch', 'tf-ps' or 'allreduce'."""
+    """The file of one workload: a key of SCRIPTS ('horovod', 'torch', 'tf-ps', 'allreduce', 'resnet-horovod',
+    'resnet-torch')."""
     try:
         return SCRIPTS[kind]
     except KeyError:

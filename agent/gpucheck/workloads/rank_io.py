@@ -1,7 +1,8 @@
-"""What every rank of a workload does around its framework work: shared by the four workload scripts.
+"""What every rank of a workload does around its framework work: shared by the workload scripts.
 
-smoke_horovod_keras.py, smoke_torch_ddp.py, smoke_tf_ps.py and allreduce_bench.py import this file as a
-sibling (the cluster stages copy it beside them on the nodes: ``launch.SUPPORT_FILES``):
+smoke_horovod_keras.py, smoke_torch_ddp.py, smoke_tf_ps.py, allreduce_bench.py, resnet_horovod_keras.py and
+resnet_torch_ddp.py import this file as a sibling (the cluster stages copy it beside them on the nodes:
+``launch.SUPPORT_FILES``):
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import rank_io
@@ -19,7 +20,10 @@ the source tree) shadows what the frameworks import.
 - the common options (``parser``, ``parse``, ``add_model_options``, ``data_parallel_parser``) and
   the rank numbers a launcher puts in the environment (``ranks_from_env``);
 - the synthetic regression data, the weights digest, and where a rank runs (torch device, TensorFlow GPU
-  under Horovod, Horovod's controller).
+  under Horovod, Horovod's controller);
+- the training benchmark (docs/training.md): its options (``benchmark_parser``), its main()
+  (``benchmark_main``), the precision a rank trains in (``resolve_precision``) and its timed loop
+  (``timed_training``: warm-up, then iterations timed on their own, images/s their median).
 
 Standard library only (a framework module is passed in as an argument where one is needed); Python 3.9+;
 no gpucheck import (it runs on the nodes, by a framework virtualenv's python).
@@ -29,8 +33,10 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import socket
+import statistics
 import struct
 import sys
 import threading
@@ -275,3 +281,83 @@ def pin_tf_gpu(tf, local_rank):
 def horovod_controller(hvd):
     """How Horovod's ranks found each other: "mpi", "gloo" (or "unknown")."""
     return "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "unknown")
+
+
+# The training benchmark (docs/training.md, "The workloads"): ResNet-50 v1.5 on one synthetic batch.
+PRECISIONS = ("auto", "amp", "fp32")
+
+
+def at_least(low):
+    """An argparse type: an integer >= `low` (anything else is a usage error, exit 2)."""
+    def convert(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        return value
+
+    convert.__name__ = f"integer >= {low}"  # what argparse names in its error
+    return convert
+
+
+def benchmark_parser(doc):
+    """The options of both ResNet-50 benchmark scripts (the contract's, with its defaults)."""
+    p = parser(doc)
+    p.add_argument("--width", type=at_least(1), default=64, help="base width: 64 is ResNet-50 itself, 8 for CPUs")
+    p.add_argument("--image-size", type=at_least(32), default=224, help="pixels, square (the net downsamples 32x)")
+    p.add_argument("--batch-size", type=at_least(1), default=256, help="per rank")
+    p.add_argument("--classes", type=at_least(1), default=1000)
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="auto: mixed precision (fp16, loss scaling) on a GPU, fp32 on a CPU")
+    p.add_argument("--warmup-steps", type=at_least(0), default=10, help="left out of every figure")
+    p.add_argument("--iterations", type=at_least(1), default=5, help="each timed on its own")
+    p.add_argument("--steps-per-iteration", type=at_least(1), default=10)
+    p.add_argument("--seed", type=int, default=1234, help="initial weights; each rank's batch from seed + rank")
+    return p
+
+
+def benchmark_main(workload, args, run, **rank_env):
+    """main() of the benchmark scripts once their options are parsed: the record of the run's settings, the
+    rank numbers from the launcher's environment (as in ranks_from_env), then ``run(args, record)``, guarded.
+    ``precision`` is the one asked for until the rank knows its device (resolve_precision)."""
+    claim_stdout()
+    start = time.monotonic()
+    record = new_record(workload, model="resnet50", width=args.width, image_size=args.image_size,
+                        batch_size=args.batch_size, classes=args.classes, precision=args.precision,
+                        warmup_steps=args.warmup_steps, iterations=args.iterations,
+                        steps_per_iteration=args.steps_per_iteration, seed=args.seed)
+    ranks_from_env(record, **rank_env)
+    return guarded(record, lambda: run(args, record), logger(workload), start, args.timeout_s)
+
+
+def resolve_precision(asked, has_gpu):
+    """"amp" or "fp32" for a rank that asked for `asked` (auto: amp exactly when it has a GPU). Mixed
+    precision without a GPU is refused: it would measure a path nobody trains on."""
+    if asked == "amp" and not has_gpu:
+        raise ValueError("--precision amp needs a GPU, and this rank has none")
+    return "amp" if asked == "amp" or (asked == "auto" and has_gpu) else "fp32"
+
+
+def timed_training(step, settle, args, record, log):
+    """The benchmark loop: ``args.warmup_steps`` steps left out of every figure, then ``args.iterations``
+    iterations of ``args.steps_per_iteration`` steps, each timed on its own (perf_counter, ended by `settle`).
+
+    ``step()`` queues one training step and returns its loss without waiting for the device; ``settle(losses)``
+    waits until the device has finished everything queued so far and returns those losses as floats.
+    Fills iteration_images_per_s (this rank's images / that iteration's seconds), images_per_s (their
+    median), loss_first, loss_last and loss_finite (every loss seen).
+    """
+    losses = settle([step() for _ in range(args.warmup_steps)]) if args.warmup_steps else []
+    rates = []
+    for i in range(args.iterations):
+        t0 = time.perf_counter()
+        pending = [step() for _ in range(args.steps_per_iteration)]
+        values = settle(pending)
+        seconds = time.perf_counter() - t0
+        losses.extend(values)
+        rates.append(round(args.steps_per_iteration * args.batch_size / seconds, 3))
+        log(f"iteration {i + 1}/{args.iterations}: {rates[-1]} images/s, loss {values[-1]:.4f}")
+    record.update(iteration_images_per_s=rates, images_per_s=statistics.median(rates), loss_first=losses[0],
+                  loss_last=losses[-1], loss_finite=all(math.isfinite(v) for v in losses))

@@ -1,0 +1,161 @@
+"""Telling Slurm what gpucheck found, through `scontrol`: drain a failed node with a `gpucheck:` reason, resume it
+once it passes, and never touch a drain someone else made (LBNL NHC's rule: an admin's own drain is never undone).
+
+One job: read a node's state and reason, and drain or resume it. `gpucheck node --slurm` (HealthCheckProgram,
+prolog, epilog) and `gpucheck cluster --drain` both decide with `decide` and act with `apply`. Whatever
+scontrol says when it cannot (not installed, slurmctld down, a node Slurm does not know, no permission) is a
+SlurmError with one line, never a traceback. Clients find the cluster as scontrol does: SLURM_CONF, else
+/etc/slurm/slurm.conf.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+
+from .model import EXIT_FAIL, EXIT_UNKNOWN
+from .process import run
+
+REASON_PREFIX = "gpucheck:"  # a resume undoes only the drains that carry it
+REASON_MAX = 240  # Slurm keeps longer reasons, but sinfo -R and squeue show the first few dozen characters
+SCONTROL_TIMEOUT_S = 30.0
+# What scontrol prints when it cannot do what it was asked, and what that means here.
+KNOWN_FAILURES = (
+    (re.compile(r"Unable to contact slurm controller|Connection refused|connect failure", re.I),
+     "slurmctld does not answer (is it running, and is this machine's slurm.conf the cluster's?)"),
+    (re.compile(r"Node \S+ not found|Invalid node name", re.I), "Slurm does not know node {node}"),
+    (re.compile(r"Invalid user id|Access/permission denied|Permission denied", re.I),
+     "not allowed to change node states (run as root or SlurmUser)"),
+    (re.compile(r"Invalid node state specified", re.I), "Slurm refused to change {node}'s state (a node whose slurmd "
+                                                         "does not respond cannot be resumed)"),
+    (re.compile(r"authentication error|Munge", re.I), "munge refused the request (is munged running, with the "
+                                                      "cluster's key?)"),
+)
+
+
+class SlurmError(Exception):
+    """scontrol could not do it. str(e) is one line."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    state: str  # as scontrol prints it: IDLE, MIXED+DRAIN, DOWN*+DRAIN ...
+    reason: str  # without the "[user@time]" Slurm appends
+
+    @property
+    def flags(self) -> set[str]:
+        return set(self.state.rstrip("*").replace("*", "").split("+"))
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining: no new job goes there."""
+        return "DRAIN" in self.flags or self.state.startswith("DRAIN")
+
+    @property
+    def ours(self) -> bool:
+        return self.reason.startswith(REASON_PREFIX)
+
+
+def scontrol(args: list[str], node: str = "") -> str:
+    """Run scontrol; its stdout, or a SlurmError saying in one line why not."""
+    done = run(["scontrol", *args], SCONTROL_TIMEOUT_S)
+    if done.not_found:
+        raise SlurmError("scontrol not found on PATH: is this a Slurm node (the slurm-client package)?")
+    if done.timed_out:
+        raise SlurmError(f"scontrol {args[0]} did not answer within {SCONTROL_TIMEOUT_S:g} s (slurmctld hung?)")
+    if done.returncode != 0:
+        said = " ".join((done.stderr.strip() or done.stdout.strip()).split())
+        for pattern, meaning in KNOWN_FAILURES:
+            if pattern.search(said):
+                raise SlurmError(f"{meaning.format(node=node or '?')}: scontrol said: {said[:200]}")
+        raise SlurmError(f"scontrol {' '.join(args[:2])} exited {done.returncode}: {said[:200]}")
+    return done.stdout
+
+
+def show_node(name: str) -> NodeState:
+    """The node's state and reason (`scontrol show node NAME`: one `key=value` line each, Reason whole)."""
+    text = scontrol(["show", "node", name], name)
+    state = re.search(r"(?:^|\s)State=(\S+)", text)
+    if state is None:
+        raise SlurmError(f"Slurm does not know node {name}: scontrol show node printed no State")
+    reason = ""
+    for line in text.splitlines():
+        if line.strip().startswith("Reason="):
+            reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", line.strip().removeprefix("Reason="))
+    return NodeState(name, state.group(1), "" if reason == "(null)" else reason)
+
+
+def this_node(explicit: str | None = None) -> str:
+    """This machine's NodeName in Slurm: `explicit`, else $SLURMD_NODENAME (set in prologs and epilogs), else the
+    node whose NodeName or NodeHostName is this host's name (short or full)."""
+    if explicit:
+        return explicit
+    if os.environ.get("SLURMD_NODENAME"):
+        return os.environ["SLURMD_NODENAME"]
+    full = socket.gethostname()
+    names = {full, full.split(".")[0]}
+    listing = scontrol(["show", "node", "--oneliner"])
+    for line in listing.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S+)", line))
+        if fields.get("NodeName") in names or fields.get("NodeHostName") in names:
+            return fields["NodeName"]
+    raise SlurmError(f"Slurm knows no node named {' or '.join(sorted(names))} (NodeName or NodeHostName): "
+                     "pass the node's name with --slurm-node")
+
+
+def drain_reason(findings: list[str]) -> str:
+    """`gpucheck: <check> <reason>[; ...]` on one line, at most REASON_MAX characters."""
+    text = " ".join("; ".join(findings).split())
+    reason = f"{REASON_PREFIX} {text}".strip()
+    return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Action:
+    verb: str  # drain | resume | keep
+    node: str
+    reason: str  # the drain reason, or why nothing is done
+
+    def describe(self) -> str:
+        if self.verb == "drain":
+            return f"drained {self.node}: {self.reason}"
+        if self.verb == "resume":
+            return f"resumed {self.node} (its drain was gpucheck's: {self.reason})"
+        return f"left {self.node} as it is: {self.reason}"
+
+
+def verdict_of(exit_code: int) -> str:
+    """fail (a check failed), error (could not judge, nothing failed) or pass (warnings are no reason to drain)."""
+    return "fail" if exit_code == EXIT_FAIL else "error" if exit_code == EXIT_UNKNOWN else "pass"
+
+
+def decide(current: NodeState, verdict: str, findings: list[str]) -> Action:
+    """What to do with a node gpucheck judged: `verdict` is fail (drain), pass (resume a drain of ours) or
+    error (could not judge: change nothing, a blip must never drain a node or put a bad one back)."""
+    name = current.name
+    if verdict == "fail":
+        if current.drained and not current.ours:
+            return Action("keep", name, f"already drained by someone else ({current.reason or 'no reason'}): "
+                                        "gpucheck leaves an admin's drain alone")
+        reason = drain_reason(findings)
+        if current.drained and current.reason == reason:
+            return Action("keep", name, f"already drained for the same reason ({reason})")
+        return Action("drain", name, reason)
+    if verdict == "pass":
+        if current.drained and current.ours:
+            return Action("resume", name, current.reason)
+        why = f"drained by someone else ({current.reason or 'no reason'}): only its owner resumes it" \
+            if current.drained else f"in service ({current.state})"
+        return Action("keep", name, why)
+    return Action("keep", name, "gpucheck could not judge it (a harness error): a node is never drained or resumed "
+                                "on a run that proved nothing")
+
+
+def apply(action: Action) -> None:
+    if action.verb == "drain":
+        scontrol(["update", f"nodename={action.node}", "state=drain", f"reason={action.reason}"], action.node)
+    elif action.verb == "resume":
+        scontrol(["update", f"nodename={action.node}", "state=resume"], action.node)

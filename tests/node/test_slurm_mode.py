@@ -1,0 +1,155 @@
+"""`gpucheck node --slurm` against a real Slurm (tests/slurmkit.py: munged, slurmctld and slurmd on this machine)
+and the fake NVML: a failure drains the node with a `gpucheck:` reason, a pass resumes only gpucheck's own drain,
+an admin's drain is never undone, a harness error changes nothing, and every way scontrol can fail is one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import slurmkit
+from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree
+from labkit import lab_unavailable
+from support import REAL, TEST_PROFILES, run_gpucheck
+
+CI_PROFILE = str(TEST_PROFILES / "dgx-h100-ci.yaml")
+DGX_H100_BUS = ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
+                "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0"]
+NVSWITCHES = [(f"0000:{bus}:00.0", "0x10de", "0x068000") for bus in ("05", "06", "07", "08")]
+IBSTAT_H100 = (REAL / "ibstat" / "ibstat-h100-12hca-8xNDR400-active-3eth-down.txt").read_text()
+QUIET_DMESG = "[    0.000000] Linux version 6.1.0-18-amd64\n[    2.114000] nvidia: loading out-of-tree module\n"
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if slurmkit.missing() or os.geteuid() != 0:  # a skip on a developer's machine, a failure under CI
+        lab_unavailable("a real Slurm needs root and Debian's slurmctld, slurmd and munge (tests/apt-packages.txt): "
+                        "missing " + (", ".join(slurmkit.missing()) or "root"))
+    cluster = slurmkit.start(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    slurmkit.stop(cluster)
+
+
+@pytest.fixture(scope="module")
+def libdir() -> Path:
+    return build_library()
+
+
+@pytest.fixture
+def health_check(libdir, fake_bin, fabric_manager, tmp_path, slurm):
+    """`gpucheck node --slurm` as slurmd runs its HealthCheckProgram; returns the finished process."""
+    fake_bin.add("ibstat", IBSTAT_H100)
+    fake_bin.add("dmesg", QUIET_DMESG)
+    config = tmp_path / "node.yaml"
+    config.write_text("profile: auto\n")
+    sysfs = write_pci_tree(tmp_path / "sys", DGX_H100_BUS, NVSWITCHES)
+
+    def run(scenario: str, *args: str, path: str | None = None, conf: dict[str, str] | None = None):
+        env = env_for(scenario_path(scenario), libdir)
+        env.update(PATH=path or fake_bin.path(), GPUCHECK_CONFIG=str(config), GPUCHECK_SYSFS_ROOT=str(sysfs))
+        env.update(conf if conf is not None else slurm.env)
+        return run_gpucheck(["node", "--slurm", "--profile", CI_PROFILE, *args], env)
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def in_service(slurm):
+    """Every test starts from the node in service, with no reason."""
+    state, _ = slurm.state()
+    if "DRAIN" in state:
+        slurm.set(state="resume")
+    yield
+
+
+def test_a_failure_drains_with_a_gpucheck_reason_and_a_pass_resumes(health_check, slurm):
+    faulty = health_check("ecc-uncorrected")
+    assert faulty.returncode == 2, faulty.stderr
+    state, reason = slurm.state()
+    assert "DRAIN" in state
+    assert reason.startswith("gpucheck: gpu.ecc_errors "), reason
+    assert f"gpucheck: slurm: drained {slurmkit.NODE}: gpucheck: gpu.ecc_errors" in faulty.stderr
+    sinfo = subprocess.run(["sinfo", "-R", "-h", "-o", "%N %E"], capture_output=True, text=True,
+                           env={**os.environ, **slurm.env}).stdout
+    assert sinfo.startswith(f"{slurmkit.NODE} gpucheck: gpu.ecc_errors"), sinfo
+
+    again = health_check("ecc-uncorrected")  # still faulty: stays drained, the reason untouched
+    assert again.returncode == 2 and "already drained for the same reason" in again.stderr
+    assert slurm.state()[1] == reason and "DRAIN" in slurm.state()[0]  # (NOT_RESPONDING comes and goes)
+
+    repaired = health_check("dgx-h100")
+    assert repaired.returncode == 0, repaired.stderr
+    state, reason = slurm.state()
+    assert "DRAIN" not in state and reason == ""
+    assert f"resumed {slurmkit.NODE}" in repaired.stderr
+
+
+def test_an_admins_drain_is_never_undone_nor_overwritten(health_check, slurm):
+    slurm.set(state="drain", reason="PSU swap, ticket 4711")
+    healthy = health_check("dgx-h100")
+    assert healthy.returncode == 0
+    assert "drained by someone else (PSU swap, ticket 4711): only its owner resumes it" in healthy.stderr
+    faulty = health_check("ecc-uncorrected")
+    assert faulty.returncode == 2  # as a prolog: the job is requeued; the node was drained already
+    assert "gpucheck leaves an admin's drain alone" in faulty.stderr
+    state, reason = slurm.state()
+    assert "DRAIN" in state and reason == "PSU swap, ticket 4711"
+
+
+def test_a_harness_error_neither_drains_nor_resumes(health_check, slurm):
+    """--deadline 0.001: nothing is collected in time, every check is `error`: the run proved nothing."""
+    blip = health_check("dgx-h100", "--deadline", "0.001")
+    assert blip.returncode == 0, blip.stderr  # a prolog's non-zero exit would make Slurm drain the node
+    assert "a node is never drained or resumed on a run that proved nothing" in blip.stderr
+    assert "DRAIN" not in slurm.state()[0]
+    health_check("ecc-uncorrected")
+    _, reason = slurm.state()
+    blip = health_check("dgx-h100", "--deadline", "0.001")
+    state, after = slurm.state()
+    assert blip.returncode == 0 and "DRAIN" in state and after == reason  # gpucheck's drain stays until a pass
+
+
+def test_the_node_is_found_by_its_host_name_or_named(health_check, slurm):
+    named = health_check("dgx-h100", "--slurm-node", slurmkit.NODE)
+    assert named.returncode == 0 and f"left {slurmkit.NODE} as it is: in service" in named.stderr
+    unknown = health_check("dgx-h100", "--slurm-node", "nosuch")
+    assert unknown.returncode == 3
+    assert "gpucheck: slurm: Slurm does not know node nosuch: scontrol said: Node nosuch not found" in unknown.stderr
+
+
+def lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("gpucheck: slurm:")]
+
+
+def test_scontrol_missing_and_slurmctld_down_are_one_line(health_check, slurm, tmp_path):
+    gone = health_check("dgx-h100", path=str(tmp_path))  # an empty PATH: no scontrol
+    assert gone.returncode == 3 and "Traceback" not in gone.stderr
+    assert lines(gone.stderr) == ["gpucheck: slurm: scontrol not found on PATH: is this a Slurm node (the "
+                                  "slurm-client package)?"]
+    elsewhere = tmp_path / "slurm.conf"  # the same cluster, its controller on a port nothing listens on
+    text = slurm.conf.read_text()
+    port = text.split("SlurmctldPort=")[1].split()[0]
+    elsewhere.write_text(text.replace(f"SlurmctldPort={port}", f"SlurmctldPort={slurmkit.free_port()}"))
+    down = health_check("dgx-h100", conf={"SLURM_CONF": str(elsewhere)})
+    assert down.returncode == 3 and "Traceback" not in down.stderr
+    (line,) = lines(down.stderr)
+    assert line.startswith("gpucheck: slurm: slurmctld does not answer"), line
+
+
+def test_no_permission_is_one_line(health_check, slurm, fake_bin):
+    """A user who is neither root nor SlurmUser may look, not change. scontrol's refusal is replayed as Slurm
+    22.05 prints it to such a user (`slurm_update error: Invalid user id`, exit 1); looking still goes to the
+    real scontrol."""
+    script = fake_bin.dir / "scontrol"
+    fake_bin.dir.mkdir(exist_ok=True)
+    script.write_text('#!/bin/sh\nif [ "$1" = update ]; then echo "slurm_update error: Invalid user id" >&2; '
+                      'exit 1; fi\nexec /usr/bin/scontrol "$@"\n')
+    script.chmod(0o755)
+    done = health_check("ecc-uncorrected")
+    assert "Traceback" not in done.stderr
+    (line,) = lines(done.stderr)
+    assert done.returncode == 3 and line.startswith("gpucheck: slurm: not allowed to change node states"), line
+    assert "DRAIN" not in slurm.state()[0]

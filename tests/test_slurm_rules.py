@@ -1,0 +1,67 @@
+"""The rule gpucheck follows in Slurm (slurm.decide, LBNL NHC's): drain on a failure unless someone else drained
+the node, resume only gpucheck's own drain on a pass, change nothing on a harness error; and the reason it writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucheck import slurm
+
+ADMIN = slurm.NodeState("n1", "IDLE+DRAIN", "PSU swap")
+OURS = slurm.NodeState("n1", "MIXED+DRAIN", "gpucheck: gpu.xid Xid 79 on GPU2")
+UP = slurm.NodeState("n1", "IDLE", "")
+DOWN_OURS = slurm.NodeState("n1", "DOWN*+DRAIN", "gpucheck: host.disk / 1.2 GiB free")
+
+
+@pytest.mark.parametrize("current, verdict, verb", [
+    (UP, "fail", "drain"), (OURS, "fail", "drain"), (ADMIN, "fail", "keep"), (DOWN_OURS, "fail", "drain"),
+    (UP, "pass", "keep"), (OURS, "pass", "resume"), (ADMIN, "pass", "keep"), (DOWN_OURS, "pass", "resume"),
+    (UP, "error", "keep"), (OURS, "error", "keep"), (ADMIN, "error", "keep"),
+])
+def test_the_rule(current, verdict, verb):
+    assert slurm.decide(current, verdict, ["gpu.ecc_errors 2 uncorrected"]).verb == verb
+
+
+def test_the_same_failure_again_leaves_the_drain_as_it_is():
+    reason = slurm.drain_reason(["gpu.xid Xid 79 on GPU2"])
+    assert reason == OURS.reason
+    assert slurm.decide(OURS, "fail", ["gpu.xid Xid 79 on GPU2"]).verb == "keep"
+
+
+def test_exit_codes_map_to_verdicts_and_warnings_are_no_reason_to_drain():
+    assert [slurm.verdict_of(code) for code in (0, 1, 2, 3)] == ["pass", "pass", "fail", "error"]
+
+
+def test_the_reason_is_one_line_with_the_prefix_and_bounded():
+    reason = slurm.drain_reason(["gpu.ecc_errors GPU3:\n2 errors", "host.disk " + "x" * 400])
+    assert reason.startswith("gpucheck: gpu.ecc_errors GPU3: 2 errors; host.disk xxx") and "\n" not in reason
+    assert len(reason) == slurm.REASON_MAX and reason.endswith("…")
+
+
+def test_show_node_reads_state_and_the_whole_reason(fake_bin, monkeypatch):
+    """scontrol show node as Slurm 22.05 prints it for a drained node (recorded on Debian 12's slurm-wlm)."""
+    fake_bin.add("scontrol", "NodeName=gpu-a Arch=x86_64 CoresPerSocket=1 \n"
+                             "   CPUAlloc=0 CPUEfctv=1 CPUTot=1 CPULoad=1.70\n"
+                             "   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n"
+                             "   Partitions=batch \n"
+                             "   Reason=gpucheck: gpu.ecc_errors 3 uncorrected [root@2026-11-23T19:15:55]\n")
+    monkeypatch.setenv("PATH", fake_bin.path())
+    node = slurm.show_node("gpu-a")
+    assert node == slurm.NodeState("gpu-a", "IDLE+DRAIN", "gpucheck: gpu.ecc_errors 3 uncorrected")
+    assert node.drained and node.ours
+
+
+@pytest.mark.parametrize("said, meaning", [
+    ("slurm_load_node error: Unable to contact slurm controller (connect failure)", "slurmctld does not answer"),
+    ("Node nosuch not found", "Slurm does not know node n1"),
+    ("slurm_update error: Invalid user id", "not allowed to change node states"),
+    ("slurm_update error: Invalid node state specified", "Slurm refused to change n1's state"),
+    ("scontrol: error: Munge encode failed: Failed to access", "munge refused the request"),
+    ("something new", "scontrol show node exited 1: something new"),
+])
+def test_every_refusal_is_one_line_saying_what_it_means(fake_bin, monkeypatch, said, meaning):
+    fake_bin.add("scontrol", said, 1)
+    monkeypatch.setenv("PATH", fake_bin.path())
+    with pytest.raises(slurm.SlurmError) as caught:
+        slurm.show_node("n1")
+    assert str(caught.value).startswith(meaning) and "\n" not in str(caught.value)
