@@ -78,7 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-golden", action="store_true", help="start from the bare base even if a golden image exists")
     p.add_argument("--playbook", type=Path, default=config.DEFAULT_PLAYBOOK,
                    help="whose golden image to use (default site.yml)")
+    p.add_argument("--admin", action="store_true",
+                   help=f"also an admin node, {config.ADMIN_HOST} (no GPUs, the address before node01): inventory "
+                        "group admin, where site.yml's scheduler stage runs slurmctld")
 
+    sub.add_parser("slurm", help="make this machine a client of the lab's Slurm (admin01's slurmctld): prints "
+                   "the SLURM_CONF to export for scontrol, sinfo and gpucheck cluster --drain")
     sub.add_parser("status", help="show the lab's hosts, whether they run and answer SSH, their scenario and faults"
                    ).add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("down", help="remove the whole lab (also after an interrupted up or a killed host)")
@@ -149,7 +154,12 @@ def dispatch(args: argparse.Namespace) -> int:
             scenarios = [args.scenario] * hosts
         cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, subnet=args.subnet,
                                      allow=tuple(args.allow), golden=not args.no_golden,
-                                     playbook=args.playbook.resolve()))
+                                     playbook=args.playbook.resolve(), admin=args.admin))
+        return EXIT_OK
+    if args.command == "slurm":
+        from lab import slurm
+
+        print(f"export SLURM_CONF={slurm.client_env()['SLURM_CONF']}")
         return EXIT_OK
     if args.command == "down":
         print(cluster.down())

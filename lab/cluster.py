@@ -66,6 +66,7 @@ class UpOptions:
     allow: tuple[str, ...] = ()
     golden: bool = True
     playbook: Path = config.DEFAULT_PLAYBOOK
+    admin: bool = False  # also an admin node, config.ADMIN_HOST (no GPUs; the Slurm controller)
 
 
 def up(opts: UpOptions) -> LabState:
@@ -88,7 +89,7 @@ def up(opts: UpOptions) -> LabState:
                            "run `python3 -m lab down` first")
         for name in sorted(set(scenarios)):
             gpus.scenario_file(name)  # fail before creating anything
-        net.check_subnet(opts.subnet, opts.hosts)
+        net.check_subnet(opts.subnet, opts.hosts + int(opts.admin))
         begin = time.monotonic()
         base = rootfs.ensure_base()
         lowers, image = [str(base)], "base"
@@ -111,25 +112,28 @@ def up(opts: UpOptions) -> LabState:
             say(f"up {reason}: removing what it had created")
             _teardown(st)
             raise
-        say(f"lab is up: {plural(opts.hosts, 'host')} in {fmt_duration(time.monotonic() - begin)}; inventory "
-            f"{os.path.relpath(config.INVENTORY)}; try `python3 -m lab ssh node01`")
+        admin = f" and {config.ADMIN_HOST}" if opts.admin else ""
+        say(f"lab is up: {plural(opts.hosts, 'host')}{admin} in {fmt_duration(time.monotonic() - begin)}; "
+            f"inventory {os.path.relpath(config.INVENTORY)}; try `python3 -m lab ssh node01`")
         return st
 
 
 def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) -> None:
-    with step(f"network: bridge {config.BRIDGE} {st.bridge_address}/24, proxy, {plural(opts.hosts, 'namespace')}"):
+    namespaces = opts.hosts + int(opts.admin)
+    with step(f"network: bridge {config.BRIDGE} {st.bridge_address}/24, proxy, {plural(namespaces, 'namespace')}"):
         net.create_bridge(st.bridge_address)
         st.bridge_created = True
         state.save(st)
         _start_proxy(st, opts.allow)
-        for i in range(1, opts.hosts + 1):
-            name = config.host_name(i)
-            h = HostState(name=name, address=net.host_address(opts.subnet, i), netns=config.netns_name(name),
-                          veth=config.veth_name(name), scenario=scenarios[i - 1])
+        plan = [(config.ADMIN_HOST, 0, "", "admin")] if opts.admin else []
+        plan += [(config.host_name(i), i, scenarios[i - 1], "node") for i in range(1, opts.hosts + 1)]
+        for name, index, scenario, role in plan:
+            h = HostState(name=name, address=net.host_address(opts.subnet, index), netns=config.netns_name(name),
+                          veth=config.veth_name(name), scenario=scenario, role=role)
             st.hosts.append(h)
             state.save(st)
             net.create_host_link(h.netns, h.veth, h.address)
-    with step(f"hosts: {', '.join(h.name for h in st.hosts)} (overlay root, sshd, simulated GPUs)"):
+    with step(f"hosts: {', '.join(h.name for h in st.hosts)} (overlay root, sshd, simulated GPUs on the nodes)"):
         client_pub = keys.generate(config.KEY_FILE, host.LAB_KEY_COMMENT)
         client_key = config.KEY_FILE.read_text()
         idents: dict[str, host.HostIdentity] = {}
@@ -144,8 +148,10 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) 
         started = {}
         for h in st.hosts:
             rootfs.prepare_host_dirs(h.name)
-            gpus.install(h.scenario, config.host_run_dir(h.name) / "fakenvml")
-            spec = host.spec(h, st.hosts, st.lowers, idents[h.name], known_text, st.proxy_url, library)
+            if h.role == "node":
+                gpus.install(h.scenario, config.host_run_dir(h.name) / "fakenvml")
+            spec = host.spec(h, st.hosts, st.lowers, idents[h.name], known_text, st.proxy_url,
+                             library if h.role == "node" else None)
             proc = host.start(h, spec)
             h.pid = proc.pid
             state.save(st)
@@ -208,6 +214,9 @@ def _teardown(st: LabState | None) -> int:
         net.delete_netns(ns)
     if st and procs.is_lab_process(st.proxy_pid):
         procs.end([st.proxy_pid])  # type: ignore[list-item]
+    from lab import slurm  # slurm imports this module
+
+    slurm.stop(st)
     procs.end(procs.tagged(), grace=2.0)
     for link in net.list_links():
         net.delete_link(link)
@@ -240,7 +249,7 @@ def status() -> tuple[int, list[dict]]:
         healthy = healthy and expected
         rows.append({
             "name": h.name, "address": h.address, "running": is_running, "ssh": answers,
-            "scenario": h.scenario, "faults": list(h.faults),
+            "scenario": h.scenario or f"{h.role} (no GPUs)", "faults": list(h.faults),
         })
     return (EXIT_OK if healthy else EXIT_WARN), rows
 
@@ -261,6 +270,8 @@ def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None)
     with state.locked():
         st = load_up()
         h = st.host(name)
+        if h.role != "node" and kind in ("hang", "scenario"):
+            raise LabError(f"{h.name} is the {h.role} node: it has no simulated GPUs to fault")
         fake_dir = config.host_run_dir(h.name) / "fakenvml"
         if kind == "down":
             host.set_sshd(h, up=False)

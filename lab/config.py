@@ -38,6 +38,11 @@ FAKE_SYSFS_DIR = f"{FAKENVML_DIR}/sys"
 SYSFS_ENV = "GPUCHECK_SYSFS_ROOT"
 
 
+# The lab's admin node (inventory group admin, as in inventory/prod): no GPUs; it runs slurmctld when site.yml's
+# scheduler stage is on (inventory/lab: whenever the lab has an admin node). Its address is the one before node01.
+ADMIN_HOST = "admin01"
+
+
 def host_name(index: int) -> str:
     """Hostname of the index-th lab host (1-based): node01, node02, ..."""
     return f"node{index:02d}"

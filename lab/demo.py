@@ -4,7 +4,9 @@
 DGX H100s and one with a fault;  3. run the playbook against inventory/lab (hosts start from the
 image, so only what belongs to this cluster changes: its known_hosts, an agent newer than the image);
 4. validate with this repository's `gpucheck cluster` (every host's agent, then the cluster-wide
-stages);  5. print where the report is and which host is faulty;  6. `down` (unless --keep).
+stages) with --drain: the faulty host is drained in the lab's Slurm (admin01 runs slurmctld) with its
+`gpucheck:` reason; then it is repaired and its Slurm health check (gpucheck node --slurm) resumes it;
+5. print where the report is and which host is faulty;  6. `down` (unless --keep).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from lab import cluster, config, golden, state
+from lab import cluster, config, golden, slurm, state
 from lab.errors import EXIT_FAIL, EXIT_OK, LabError
 from lab.playbook import run_playbook
 from lab.progress import fmt_duration, say, step
@@ -48,8 +50,10 @@ def _playbook_validation(summary: Path) -> str:
     return f"the playbook's own validation (gpucheck node on every host): {', '.join(parts)}"
 
 
-def _cluster_validation(out_dir: Path, stages: str | None = None) -> tuple[list[str], set[str]]:
-    """`gpucheck cluster` on inventory/lab (its own output shown); the faulty hosts are its drain list.
+def _cluster_validation(out_dir: Path, stages: str | None = None,
+                        slurm_env: dict[str, str] | None = None) -> tuple[list[str], set[str]]:
+    """`gpucheck cluster` on inventory/lab (its own output shown); the faulty hosts are its drain list, which
+    --drain hands to the lab's Slurm when there is one (slurm_env).
 
     The repository's own agent runs (agent/ first on the path), installed or not, so the demo
     always validates with the code it sits beside.
@@ -62,7 +66,10 @@ def _cluster_validation(out_dir: Path, stages: str | None = None) -> tuple[list[
            "--pair-fraction", "0.5"]
     if stages:
         cmd += ["--stages", stages]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(AGENT), os.environ.get("PYTHONPATH")])))
+    if slurm_env:
+        cmd.append("--drain")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(AGENT), os.environ.get("PYTHONPATH")])),
+               **(slurm_env or {}))
     proc = subprocess.run(cmd, timeout=3600, stdin=subprocess.DEVNULL, env=env)
     try:
         doc = json.loads((report_dir / "report.json").read_text())
@@ -84,6 +91,29 @@ def _cluster_validation(out_dir: Path, stages: str | None = None) -> tuple[list[
     return lines, set(drain)
 
 
+def _sinfo(env: dict[str, str]) -> str:
+    """`sinfo -R` (drained nodes and why) and each node's state, as the admin node sees them."""
+    out = []
+    for argv in (["sinfo", "-R", "-o", "%15N %60E"], ["sinfo", "-N", "-o", "%10N %10T"]):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=dict(os.environ, **env))
+        out.append(f"  $ {' '.join(argv)}\n" + "".join(f"  {line}\n" for line in
+                                                       (done.stdout or done.stderr).strip().splitlines()))
+    return "".join(out).rstrip()
+
+
+def _slurm_story(faulty: str, env: dict[str, str]) -> list[str]:
+    """After the validation: the faulty node drained with gpucheck's reason; then repaired, one health check by
+    Slurm's own HealthCheckProgram, and resumed by gpucheck."""
+    lines = ["  Slurm after the validation (gpucheck cluster --drain):", _sinfo(env)]
+    say(cluster.fault(faulty, "scenario", HEALTHY))
+    st = cluster.load_up()
+    check = cluster.ssh_run(st.host(faulty).address, "/usr/local/sbin/gpucheck-slurm-health", timeout=300)
+    said = [line for line in check.stderr.splitlines() if line.startswith("gpucheck: slurm:")]
+    lines += [f"  {faulty} repaired (lab fault {faulty} scenario {HEALTHY}); its health check: "
+              + (said[-1] if said else f"exit {check.returncode}, {check.stderr.strip()[-200:]}"), _sinfo(env)]
+    return lines
+
+
 def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrected", hosts: int = 4,
         fresh: bool = False, stages: str | None = None) -> int:
     cluster.require_root()
@@ -100,7 +130,7 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
         say(golden.build(playbook, fresh=fresh))
     try:
         with step(f"stage 2/5: up {hosts} hosts"):
-            cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, playbook=playbook))
+            cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, playbook=playbook, admin=True))
         log = out_dir / "playbook.log"
         checked = out_dir / "playbook-validation"
         with step(f"stage 3/5: ansible-playbook {playbook.name} -i inventory/lab", f"task output in {log}"):
@@ -113,8 +143,10 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
             say(_recap(log))
             if (checked / "summary.json").is_file():
                 say(_playbook_validation(checked / "summary.json"))
-        with step("stage 4/5: validation"):
-            lines, named = _cluster_validation(out_dir, stages)
+        with step("stage 4/5: validation, the failed nodes drained in Slurm"):
+            env = slurm.client_env()
+            lines, named = _cluster_validation(out_dir, stages, env)
+            lines += _slurm_story(faulty, env)
         (out_dir / "summary.txt").write_text("\n".join(lines) + "\n")
         say("stage 5/5: what the validation found:")
         print("\n".join(lines))

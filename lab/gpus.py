@@ -13,13 +13,17 @@ never are.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 from lab import config
 from lab.errors import LabError
 
+NVIDIA_MAJOR = 195  # the NVIDIA driver's character devices, /dev/nvidia0 ... (nvidia-modprobe)
+DEVICE_DIR = "dev"  # beside the scenario: /etc/fakenvml/dev/nvidiaN on the host
 INCLUDE_RE = re.compile(r"^\s*include\s*=\s*(\S+)\s*$")
 # Every agent run starts by counting the GPUs, so a hang here hangs every NVML probe of the host.
 HANG_CALL = "nvmlDeviceGetCount_v2"
@@ -100,7 +104,23 @@ def install(name: str, dest_dir: Path) -> None:
     tmp = dest_dir / ".scenario.tmp"
     _copy_with_includes(source, tmp, dest_dir, {source.resolve()})
     tmp.replace(dest_dir / "scenario")
-    write_pci_bus(dest_dir)
+    write_device_nodes(dest_dir, len(gpu_functions(write_pci_bus(dest_dir))))
+
+
+def gpu_functions(sys_root: Path) -> list[Path]:
+    """The simulated PCI bus's NVIDIA display/3D functions (class 0x03....)."""
+    return sorted(d for d in (sys_root / "bus" / "pci" / "devices").iterdir()
+                  if (d / "class").is_file() and (d / "class").read_text().strip().startswith("0x03"))
+
+
+def write_device_nodes(dest_dir: Path, count: int) -> None:
+    """dest_dir/dev/nvidia0..count-1: character devices 195:N, as the NVIDIA driver makes them, where Slurm's
+    gres.conf points (inventory/lab: slurm_gpu_device_prefix); nothing opens them (the host's /dev is the
+    machine's: they cannot go there)."""
+    directory = dest_dir / DEVICE_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        os.mknod(directory / f"nvidia{i}", stat.S_IFCHR | 0o666, os.makedev(NVIDIA_MAJOR, i))
 
 
 def write_pci_bus(dest_dir: Path) -> Path:

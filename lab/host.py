@@ -79,15 +79,19 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         ("/root/.ssh/id_ed25519", identity.client_key, 0o600),
         ("/root/.ssh/id_ed25519.pub", identity.client_pub + "\n", 0o644),
         (SSHD_CONFIG, sshd_config(host.address), 0o644),
+        # the same for what slurmd starts (its health check: roles/slurm's wrapper reads this file)
+        ("/etc/default/gpucheck", f"# Written by the gpucheck lab.\n{config.SYSFS_ENV}={config.FAKE_SYSFS_DIR}\n",
+         0o644),
         ("/etc/apt/apt.conf.d/90gpucheck-lab-proxy",
          f'Acquire::http::Proxy "{proxy_url}";\nAcquire::https::Proxy "{proxy_url}";\nAcquire::Retries "3";\n',
          0o644),
         ("/etc/pip.conf",
          f"[global]\nproxy = {proxy_url}\ncert = /etc/ssl/certs/ca-certificates.crt\n", 0o644),
     ]
-    binds = [{"source": str(run_dir / "fakenvml"), "target": config.FAKENVML_DIR}]
+    binds = []  # the simulated GPUs: a node's own scenario and the fake library (an admin node has none)
     if nvml_library is not None:
-        binds.append({"source": str(nvml_library), "target": config.NVML_PATH})
+        binds += [{"source": str(run_dir / "fakenvml"), "target": config.FAKENVML_DIR},
+                  {"source": str(nvml_library), "target": config.NVML_PATH}]
     return {
         "hostname": host.name,
         "root": str(run_dir / "root"),

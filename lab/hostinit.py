@@ -54,9 +54,28 @@ def mount_root() -> None:
     sh("mount", "-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=0620", "devpts", inside("/dev/pts"))
     sh("mount", "--bind", inside("/dev/pts/ptmx"), inside("/dev/ptmx"))
     sh("mount", "--rbind", "/sys", inside("/sys"))
+    mount_cgroups()
     sh("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "run", inside("/run"))
     for sub in ("sshd", "lock"):
         os.makedirs(inside(f"/run/{sub}"), mode=0o755, exist_ok=True)
+
+
+def mount_cgroups() -> None:
+    """/sys/fs/cgroup as a host with an init system has it: `ip netns exec` gave the host a sysfs of its own,
+    without the machine's cgroup mounts, and slurmd will not start without them (it reads the cgroup version
+    there even when it tracks processes without cgroups). The machine's own layout: cgroup2 alone, or the
+    v1 tmpfs with the name=systemd hierarchy slurmd looks for."""
+    target = inside("/sys/fs/cgroup")
+    if not os.path.isdir(target):
+        return
+    with open("/proc/1/mounts") as fh:  # the machine's own (ip netns exec remounted /sys for us)
+        unified = any(line.split()[1:3] == ["/sys/fs/cgroup", "cgroup2"] for line in fh)
+    if unified:
+        sh("mount", "-t", "cgroup2", "cgroup2", target)
+        return
+    sh("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "cgroup", target)
+    os.makedirs(os.path.join(target, "systemd"), exist_ok=True)
+    sh("mount", "-t", "cgroup", "-o", "none,name=systemd", "cgroup", os.path.join(target, "systemd"))
 
 
 def write_files() -> None:

@@ -28,6 +28,7 @@ class HostState:
     veth: str
     scenario: str
     pid: int | None = None  # the `unshare` process whose child is the host's init (PID 1 inside)
+    role: str = "node"  # node (simulated GPUs) | admin (none)
     faults: list[str] = field(default_factory=list)
 
 
@@ -46,6 +47,7 @@ class LabState:
     proxy_url: str = ""
     allowed_hosts: list[str] = field(default_factory=list)
     hosts: list[HostState] = field(default_factory=list)
+    slurm_client_pid: int | None = None  # this machine's munged for the lab's Slurm (lab/slurm.py)
 
     def host(self, name_or_address: str) -> HostState:
         for host in self.hosts:

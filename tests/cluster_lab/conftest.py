@@ -1,7 +1,7 @@
 """Fixtures of the cluster-stage lab tests: one 4-host lab for the session (three simulated DGX H100s and
-one with uncorrected ECC errors), provisioned from the golden image, with this checkout's agent, always
-taken down at the end. Needs root and no other lab on the machine: skipped otherwise, failed under CI
-(labkit.lab_unavailable)."""
+one with uncorrected ECC errors) and its admin node admin01 (the Slurm controller of test_slurm_lab),
+provisioned from the golden image, with this checkout's agent, always taken down at the end. Needs root and
+no other lab on the machine: skipped otherwise, failed under CI (labkit.lab_unavailable)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def lab4() -> Iterator[LabState]:
         pytest.fail("no golden image after `python3 -m lab build`")
     try:
         began = time.monotonic()
-        lab("up", "--hosts", "4", "--scenarios", ",".join(SCENARIOS), timeout=1200)
+        lab("up", "--admin", "--hosts", "4", "--scenarios", ",".join(SCENARIOS), timeout=1200)
         state.timings["lab_up_s"] = round(time.monotonic() - began, 1)
         state.timings["agent_refresh_s"] = round(refresh_agent(), 1)
         yield state

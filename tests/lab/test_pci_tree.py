@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -117,14 +118,20 @@ def test_install_puts_the_scenarios_bus_where_the_host_sees_it(tmp_path: Path) -
     dest = tmp_path / "fakenvml"  # bind-mounted at config.FAKENVML_DIR inside the host
     assert f"{config.FAKENVML_DIR}/sys" == config.FAKE_SYSFS_DIR
     gpus.install("seven-of-eight", dest)
-    assert sorted(p.name for p in dest.iterdir()) == ["dgx-h100.scn", "scenario", "sys"]
+    assert sorted(p.name for p in dest.iterdir()) == ["dev", "dgx-h100.scn", "scenario", "sys"]
     assert [a for a, _, _ in agent_bus(dest / "sys")] == DGX_H100_BUS
+    # one driver device node per GPU on the bus (Slurm's gres.conf File=), character 195:N as the driver makes
+    nodes = sorted((dest / "dev").iterdir())
+    assert [p.name for p in nodes] == [f"nvidia{i}" for i in range(8)]
+    assert all(stat.S_ISCHR(p.stat().st_mode) and os.major(p.stat().st_rdev) == 195 for p in nodes)
+    assert [os.minor(p.stat().st_rdev) for p in nodes] == list(range(8))
     gpus.add_hang(dest)  # a hang changes the answers, not the bus
     assert len(agent_bus(dest / "sys")) == 8
     gpus.install("lab", dest)  # `fault HOST scenario NAME`: the bus follows the scenario
     assert agent_bus(dest / "sys") == [(a, "0x2330", "nvidia") for a in DGX_H100_BUS[:2]]
     gpus.install("t4", dest)
     assert agent_bus(dest / "sys") == [("0000:00:1e.0", "0x1eb8", "nvidia")]
+    assert [p.name for p in (dest / "dev").iterdir()] == ["nvidia0"]  # the device nodes follow the bus too
     assert not [p for p in dest.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 

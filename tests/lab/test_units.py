@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import gpus, images, inventory, proxy, rootfs, state
+from lab import gpus, host, images, inventory, proxy, rootfs, state
 from lab.state import HostState, LabState
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,12 +101,12 @@ def test_proxy_rejects_origin_form_requests(local_proxy: int) -> None:
 def test_scenario_is_copied_with_its_includes_and_hang_appends_a_rule(tmp_path: Path) -> None:
     dest = tmp_path / "fakenvml"
     gpus.install("lab", dest)
-    assert sorted(p.name for p in dest.iterdir()) == ["dgx-h100.scn", "scenario", "sys"]  # sys: its PCI bus
+    assert sorted(p.name for p in dest.iterdir()) == ["dev", "dgx-h100.scn", "scenario", "sys"]  # its PCI bus, devices
     assert "include = dgx-h100.scn" in (dest / "scenario").read_text()
     gpus.add_hang(dest)
     assert (dest / "scenario").read_text().rstrip().endswith(f"hang = {gpus.HANG_CALL}")
     gpus.install("t4", dest)  # replacing drops the old files and the hang
-    assert sorted(p.name for p in dest.iterdir()) == ["scenario", "sys"]
+    assert sorted(p.name for p in dest.iterdir()) == ["dev", "scenario", "sys"]
     assert "hang" not in (dest / "scenario").read_text()
 
 
@@ -159,6 +159,23 @@ def test_inventory_has_the_production_groups_and_what_ansible_needs(tmp_path: Pa
     assert node02["ib_address"] is None and node02["ipmi_address"] is None
     assert node02["lab_proxy_url"] == "http://10.213.7.1:3128"
     assert node02["lab_scenario"] == "ecc-uncorrected"
+
+
+def test_an_admin_node_is_the_admin_group_without_simulated_gpus(tmp_path: Path) -> None:
+    st = _state()
+    st.hosts.insert(0, HostState("admin01", "10.213.7.10", "gclab-admin01", "gclabv-admin01", "", role="admin"))
+    path = inventory.write(st, tmp_path / "hosts.yml")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = yaml.safe_load(proc.stdout)
+    assert data["admin"]["hosts"] == ["admin01"] and data["gpu_nodes"]["hosts"] == ["node01", "node02"]
+    assert data["_meta"]["hostvars"]["admin01"]["ansible_host"] == "10.213.7.10"
+    identity = host.HostIdentity("k", "p", "ck", "cp")
+    admin_spec = host.spec(st.hosts[0], st.hosts, ["/base"], identity, "", st.proxy_url, None)
+    node_spec = host.spec(st.hosts[1], st.hosts, ["/base"], identity, "", st.proxy_url, Path("/lib/fake.so"))
+    assert admin_spec["binds"] == []  # no fake NVML, no scenario: an admin node has no GPUs
+    assert [b["target"] for b in node_spec["binds"]] == ["/etc/fakenvml", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"]
 
 
 def test_state_round_trips(tmp_path: Path) -> None:

@@ -9,18 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_node_fake_nvml import CI_PROFILE, DGX_H100_BUS, IBSTAT_H100, NVSWITCHES, QUIET_DMESG
 
 import slurmkit
 from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree
 from labkit import lab_unavailable
-from support import REAL, TEST_PROFILES, run_gpucheck
-
-CI_PROFILE = str(TEST_PROFILES / "dgx-h100-ci.yaml")
-DGX_H100_BUS = ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
-                "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0"]
-NVSWITCHES = [(f"0000:{bus}:00.0", "0x10de", "0x068000") for bus in ("05", "06", "07", "08")]
-IBSTAT_H100 = (REAL / "ibstat" / "ibstat-h100-12hca-8xNDR400-active-3eth-down.txt").read_text()
-QUIET_DMESG = "[    0.000000] Linux version 6.1.0-18-amd64\n[    2.114000] nvidia: loading out-of-tree module\n"
+from support import run_gpucheck
 
 
 @pytest.fixture(scope="module")

@@ -278,6 +278,18 @@ def pin_tf_gpu(tf, local_rank):
     return mine.name.replace("/physical_device:", "")
 
 
+def horovod_rank(hvd, tf, record):
+    """Start Horovod, record who this rank is (rank, size, local rank and size, controller) and pin its GPU (one
+    per local rank); record["devices"] says where it runs. Returns (rank, size, the GPU's name or None)."""
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    record.update(rank=rank, size=size, local_rank=hvd.local_rank(), local_size=hvd.local_size(),
+                  controller=horovod_controller(hvd))
+    gpu = pin_tf_gpu(tf, hvd.local_rank())
+    record["devices"] = [gpu] if gpu else ["CPU"]
+    return rank, size, gpu
+
+
 def horovod_controller(hvd):
     """How Horovod's ranks found each other: "mpi", "gloo" (or "unknown")."""
     return "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "unknown")

@@ -133,12 +133,7 @@ def run(args, record):
 
     record["tf_version"] = tf.__version__
     record["horovod_version"] = horovod.__version__
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    record.update(rank=rank, size=size, local_rank=hvd.local_rank(), local_size=hvd.local_size(),
-                  controller=rank_io.horovod_controller(hvd))
-    gpu = rank_io.pin_tf_gpu(tf, hvd.local_rank())
-    record["devices"] = [gpu] if gpu else ["CPU"]
+    rank, size, gpu = rank_io.horovod_rank(hvd, tf, record)
     record["precision"] = rank_io.resolve_precision(args.precision, gpu is not None)
     amp = record["precision"] == "amp"
     if amp:

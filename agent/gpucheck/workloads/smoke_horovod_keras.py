@@ -51,12 +51,7 @@ def run(args, record):
 
     record["tf_version"] = tf.__version__
     record["horovod_version"] = horovod.__version__
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    record.update(rank=rank, size=size, local_rank=hvd.local_rank(), local_size=hvd.local_size(),
-                  controller=rank_io.horovod_controller(hvd))
-    gpu = rank_io.pin_tf_gpu(tf, hvd.local_rank())
-    record["devices"] = [gpu] if gpu else ["CPU"]
+    rank, size, _gpu = rank_io.horovod_rank(hvd, tf, record)
     tf.keras.utils.set_random_seed(args.seed)  # same initial weights everywhere; the broadcast enforces it
     tf.config.experimental.enable_op_determinism()
 

@@ -115,6 +115,9 @@ def task(args, record, start):
     timer = rank_io.watchdog(args.timeout_s, record, why=None) if args.timeout_s > 0 else None
     try:
         run_chief(args, config, record)
+        # Stay up (the server with us) for a few of the others' polls: a ps that began watching after a fast
+        # chief had already trained and gone never saw it up, and waited for it until its timeout.
+        time.sleep(CHIEF_LINGER_POLLS * args.poll_s + 1.0)
     finally:
         if timer is not None:
             timer.cancel()
@@ -169,6 +172,7 @@ def serve(args, config, role, index, record, start):
         time.sleep(args.poll_s)
 
 
+CHIEF_LINGER_POLLS = 3  # polls of the workers and ps the chief outlasts its training by
 MOMENTUM = 0.9  # one worker's momentum, as in the synchronous smoke jobs
 
 

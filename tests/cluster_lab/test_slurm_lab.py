@@ -1,0 +1,131 @@
+"""Slurm on the lab, for real: site.yml's scheduler stage on admin01 (slurmctld) and the nodes (slurmd), both run
+by the role without an init system; then gpucheck drains and resumes nodes there, through Slurm's own
+HealthCheckProgram on the nodes and `gpucheck cluster --drain` from this machine (a Slurm client of admin01, as
+an admin node with slurm-client is: lab/slurm.py). Runs after test_cluster_lab on the same lab (conftest.lab4):
+node03 carries that module's version drift by then, so the healthy nodes here are node01 and node02."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cluster_lab_helpers import FAULTY, LAB_INVENTORY, ROOT, LabState, lab, run_cluster
+
+pytestmark = pytest.mark.lab
+
+HEALTH = "/usr/local/sbin/gpucheck-slurm-health"
+
+
+def playbook(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("ANSIBLE_CONFIG", None)
+    done = subprocess.run(["ansible-playbook", "-i", str(LAB_INVENTORY), "site.yml", "--tags", "scheduler", *args],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    return done
+
+
+def changed(output: str) -> dict[str, int]:
+    return {host: int(n) for host, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)}
+
+
+@pytest.fixture(scope="module")
+def slurm(lab4: LabState) -> dict[str, str]:
+    """The scheduler stage run for real (twice: the second changes nothing), then this machine as a client."""
+    first = playbook()
+    assert set(changed(first.stdout)) == {"admin01", "node01", "node02", "node03", FAULTY}
+    lab4.figures["scheduler_first_run_changed"] = changed(first.stdout)
+    again = playbook()
+    assert set(changed(again.stdout).values()) == {0}, again.stdout[-4000:]
+    sys.path.insert(0, str(ROOT))
+    from lab import slurm as lab_slurm
+
+    return lab_slurm.client_env()
+
+
+def slurm_cmd(env: dict[str, str], *argv: str) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def node(env: dict[str, str], name: str) -> tuple[str, str]:
+    text = slurm_cmd(env, "scontrol", "show", "node", name)
+    reason = next((ln.strip().removeprefix("Reason=") for ln in text.splitlines() if ln.strip().startswith("Reason=")),
+                  "")
+    return re.search(r"\bState=(\S+)", text).group(1), re.sub(r"\s*\[[^\]]*\]$", "", reason)
+
+
+def health_check(name: str) -> subprocess.CompletedProcess:
+    """What slurmd runs every HealthCheckInterval on the node: gpucheck node --slurm."""
+    return lab("ssh", name, "--", HEALTH, timeout=300, check=False)
+
+
+def test_the_scheduler_stage_builds_a_cluster_check_mode_works_and_gres_are_the_gpus(slurm) -> None:
+    assert set(changed(playbook("--check").stdout).values()) == {0}
+    nodes = slurm_cmd(slurm, "sinfo", "-h", "-N", "-o", "%N")
+    assert nodes.split() == ["node01", "node02", "node03", FAULTY]
+    assert "Gres=gpu:8" in slurm_cmd(slurm, "scontrol", "show", "node", "node01")
+    config = slurm_cmd(slurm, "scontrol", "show", "config")
+    assert re.search(r"HealthCheckProgram\s+= /usr/local/sbin/gpucheck-slurm-health", config)
+    assert re.search(r"MpiDefault\s+= pmix", config) and re.search(r"SlurmctldHost\[0\]\s+= admin01", config)
+
+
+def test_the_faulty_node_is_drained_by_its_health_check_with_gpuchecks_reason(slurm) -> None:
+    done = health_check(FAULTY)
+    assert done.returncode == 2, done.stderr[-2000:]
+    state, reason = node(slurm, FAULTY)
+    assert "DRAIN" in state and reason.startswith("gpucheck: gpu.ecc_errors"), (state, reason)
+    assert f"{FAULTY} gpucheck: gpu.ecc_errors" in " ".join(slurm_cmd(slurm, "sinfo", "-R", "-h", "-o",
+                                                                      "%N %E").split())
+
+
+def test_an_admins_drain_is_never_undone(slurm) -> None:
+    slurm_cmd(slurm, "scontrol", "update", "nodename=node02", "state=drain", "reason=DIMM swap, ticket 4711")
+    try:
+        done = health_check("node02")
+        assert done.returncode == 0 and "only its owner resumes it" in done.stderr, done.stderr[-2000:]
+        state, reason = node(slurm, "node02")
+        assert "DRAIN" in state and reason == "DIMM swap, ticket 4711"
+    finally:
+        slurm_cmd(slurm, "scontrol", "update", "nodename=node02", "state=resume")
+
+
+def test_a_harness_error_does_not_drain(slurm) -> None:
+    """One GPU's temperature cannot be read on node01 (the call hangs): gpu.temperature is an error there and
+    nothing fails, so the run proves nothing and Slurm is left as it was. (A hung GPU count is no harness
+    error: nothing about any GPU can be read, the node fails and is drained.)"""
+    lab("fault", "node01", "hang", "nvmlDeviceGetTemperature@gpu2", timeout=120)
+    try:
+        done = health_check("node01")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "a node is never drained or resumed on a run that proved nothing" in done.stderr
+        assert "DRAIN" not in node(slurm, "node01")[0]
+    finally:
+        lab("fault", "node01", "scenario", "dgx-h100", timeout=120)
+
+
+def test_cluster_drain_drains_the_faulty_node_and_resumes_it_once_repaired(slurm, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
+    for name in ("node01", "node02", FAULTY):  # start from every node in service, as if never drained
+        if "DRAIN" in node(slurm, name)[0]:
+            slurm_cmd(slurm, "scontrol", "update", f"nodename={name}", "state=resume")
+    limit = ["--limit", f"node01,node02,{FAULTY}", "--stages", "consistency", "--drain"]
+    done, doc, _ = run_cluster(limit, tmp_path / "first")
+    actions = {a["node"]: a["action"] for a in doc["slurm"]}
+    assert actions == {"node01": "keep", "node02": "keep", FAULTY: "drain"}, done.stdout + done.stderr
+    assert f"slurm: drained {FAULTY}: gpucheck: gpu.ecc_errors" in done.stdout
+    state, reason = node(slurm, FAULTY)
+    assert "DRAIN" in state and reason.startswith("gpucheck: gpu.ecc_errors")
+    lab("fault", FAULTY, "scenario", "dgx-h100", timeout=120)  # repaired
+    try:
+        done, doc, _ = run_cluster(limit, tmp_path / "repaired")
+        assert {a["node"]: a["action"] for a in doc["slurm"]}[FAULTY] == "resume", done.stdout + done.stderr
+        assert "DRAIN" not in node(slurm, FAULTY)[0]
+    finally:
+        lab("fault", FAULTY, "scenario", "ecc-uncorrected", timeout=120)
