@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cli_types import fraction, seconds, size, whole_number
-from ..model import EXIT_UNKNOWN
+from ..model import EXIT_FAIL, EXIT_UNKNOWN
 from .context import Options
 from .frameworks import FRAMEWORKS
 from .stages import STAGE_NAMES
@@ -264,5 +264,5 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
         if error:
             print(f"gpucheck: slurm: {error}", file=sys.stderr)
-            code = max(code, EXIT_UNKNOWN) if code != 2 else code
+            code = code if code == EXIT_FAIL else EXIT_UNKNOWN  # a failure still outranks it
     return code

@@ -19,8 +19,8 @@ the source tree) shadows what the frameworks import.
   and exit 124; ``data_parallel_main`` is the whole main() of the two synchronous smoke jobs;
 - the common options (``parser``, ``parse``, ``add_model_options``, ``data_parallel_parser``) and
   the rank numbers a launcher puts in the environment (``ranks_from_env``);
-- the synthetic regression data, the weights digest, and where a rank runs (torch device, TensorFlow GPU
-  under Horovod, Horovod's controller);
+- the synthetic regression data, the weights digest, and where a rank runs (torch device and process group,
+  TensorFlow GPU under Horovod, Horovod's controller);
 - the training benchmark (docs/training.md): its options (``benchmark_parser``), its main()
   (``benchmark_main``), the precision a rank trains in (``resolve_precision``) and its timed loop
   (``timed_training``: warm-up, then iterations timed on their own, images/s their median).
@@ -264,6 +264,20 @@ def torch_device(torch, backend, record):
         device = torch.device("cpu")
         record["devices"] = ["CPU"]
     return device, backend, local_rank
+
+
+def torch_process_group(torch, dist, backend, record, work, on_device=None):
+    """A torch rank's life around its `work(device, backend)`: its device (torch_device), `on_device(device)`
+    before the group forms (a setting the device decides), the env:// process group, always destroyed."""
+    record["torch_version"] = torch.__version__
+    device, backend, _local_rank = torch_device(torch, backend, record)
+    if on_device is not None:
+        on_device(device)
+    dist.init_process_group(backend=backend, init_method="env://")
+    try:
+        work(device, backend)
+    finally:
+        dist.destroy_process_group()
 
 
 def pin_tf_gpu(tf, local_rank):

@@ -59,13 +59,8 @@ def run(args, record):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    record["torch_version"] = torch.__version__
-    device, backend, _local_rank = rank_io.torch_device(torch, args.backend, record)
-    dist.init_process_group(backend=backend, init_method="env://")
-    try:
-        train(args, record, torch, dist, DistributedDataParallel, device, backend)
-    finally:
-        dist.destroy_process_group()
+    rank_io.torch_process_group(torch, dist, args.backend, record, lambda device, backend: train(
+        args, record, torch, dist, DistributedDataParallel, device, backend))
 
 
 def train(args, record, torch, dist, ddp_cls, device, backend):
