@@ -44,6 +44,7 @@ class NodeState:
     name: str
     state: str  # as scontrol prints it: IDLE, MIXED+DRAIN, DOWN*+DRAIN ...
     reason: str  # without the "[user@time]" Slurm appends
+    gres: str = ""  # as scontrol prints it: gpu:8, gpu:h100:8(S:0-1), (null)
 
     @property
     def flags(self) -> set[str]:
@@ -53,6 +54,17 @@ class NodeState:
     def drained(self) -> bool:
         """Drained or draining: no new job goes there."""
         return "DRAIN" in self.flags or self.state.startswith("DRAIN")
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs Slurm has as this node's GRES (gpu:8, gpu:h100:8(S:0-1), several types summed)."""
+        counts = re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", self.gres)
+        return sum(int(n) for n in counts)
+
+    @property
+    def runs_jobs_now(self) -> bool:
+        """Idle and in service, its slurmd answering: a job asking for the whole node starts there at once."""
+        return self.state == "IDLE"
 
     @property
     def ours(self) -> bool:
@@ -86,6 +98,22 @@ def show_node(name: str) -> NodeState:
         if line.strip().startswith("Reason="):
             reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", line.strip().removeprefix("Reason="))
     return NodeState(name, state.group(1), "" if reason == "(null)" else reason)
+
+
+def all_nodes() -> dict[str, NodeState]:
+    """Every node Slurm knows, by NodeName (`scontrol show node --oneliner`: one line each, Reason last)."""
+    out: dict[str, NodeState] = {}
+    for line in scontrol(["show", "node", "--oneliner"]).splitlines():
+        name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
+        state = re.search(r"(?:^|\s)State=(\S+)", line)
+        if name is None or state is None:
+            continue
+        reason = re.search(r"(?:^|\s)Reason=(.*)$", line)
+        text = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", reason.group(1)) if reason else ""
+        gres = re.search(r"(?:^|\s)Gres=(\S+)", line)
+        out[name.group(1)] = NodeState(name.group(1), state.group(1), "" if text == "(null)" else text,
+                                       gres.group(1) if gres and gres.group(1) != "(null)" else "")
+    return out
 
 
 def this_node(explicit: str | None = None) -> str:

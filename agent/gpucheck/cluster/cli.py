@@ -32,6 +32,7 @@ examples:
   gpucheck cluster --stages consistency,network        only compare the nodes and test the pairs
   gpucheck cluster --skip-stages smoke --pair-seconds 10
   gpucheck cluster -i inventory/prod --drain           drain the failed nodes in Slurm, resume repaired ones
+  gpucheck cluster -i inventory/prod --launcher slurm  node checks through one srun, the jobs as Slurm jobs
   gpucheck cluster -i inventory/lab --stages smoke,training   the ResNet-50 benchmark on CPU ranks (small model)
 
 stages (in this order): consistency (versions agree), network (pair bandwidth, the slow node named),
@@ -87,6 +88,11 @@ def add_parser(subparsers: Any) -> None:
                       help="the node agent's limit per probe (its --timeout)")
     _with_default(node, "--remote-command", str, "CMD", "the agent's command on the nodes (default: %(default)s)")
     ssh = p.add_argument_group("fan-out")
+    ssh.add_argument("--launcher", choices=("ssh", "slurm"), default=DEFAULTS.launcher,
+                     help="ssh (default): the node checks over SSH, jobs with mpirun/torchrun from the first node; "
+                          "slurm: the node checks with one srun on every node Slurm can run a job on now (the "
+                          "others over SSH, said why), the MPI, all-reduce, smoke and training jobs with srun "
+                          "--mpi=pmix from this machine, a Slurm client (docs/slurm.md)")
     _with_default(ssh, "--forks", whole_number, "N", "hosts checked at once (default: %(default)s)")
     _with_default(ssh, "--host-timeout", seconds, "SECONDS",
                   "a host with no report after this is timed out (default: %(default)g)")
@@ -189,11 +195,19 @@ def run(args: argparse.Namespace) -> int:
                       allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min,
                       stages_asked=args.stages or (), train_width=args.train_width,
                       train_image_size=args.train_image_size, train_batch_size=args.train_batch_size,
-                      train_iterations=args.train_iterations, drain=args.drain)
+                      train_iterations=args.train_iterations, drain=args.drain, launcher=args.launcher)
     try:
         fanout.build_command(options)
     except ValueError as exc:
         return fail(str(exc))
+    slurm_nodes = None
+    if options.launcher == "slurm":
+        from .. import slurm
+
+        try:
+            slurm_nodes = slurm.all_nodes()
+        except slurm.SlurmError as exc:
+            return fail(f"--launcher slurm: {exc}")
     try:
         inventory = load(args.inventory, args.pattern, args.limit)
     except InventoryError as exc:
@@ -229,8 +243,15 @@ def run(args: argparse.Namespace) -> int:
                     bar.update(outcome)
 
                 fan_began = time.monotonic()
-                fanout.fan_out(inventory.hosts, options, done)
+                if slurm_nodes is None:
+                    fanout.fan_out(inventory.hosts, options, done)
+                else:
+                    from . import slurm_fanout
+
+                    slurm_fanout.fan_out(inventory.hosts, options, slurm_nodes, done)
                 ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
+            if slurm_nodes is not None:
+                print(slurm_fanout.summary(ctx.nodes))
             handoff.fail_safe(ctx.nodes)
             save()
             for name, stage in stages.STAGES:

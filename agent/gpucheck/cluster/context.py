@@ -36,6 +36,8 @@ class NodeOutcome:
     exit_code: int | None = None  # the remote command's exit status, when it ended
     report: dict[str, Any] | None = None
     evidence: str = ""
+    via: str = "ssh"  # how the agent was started there: ssh | srun (--launcher slurm)
+    slurm_state: str = ""  # --launcher slurm: why Slurm could not run it there (then checked over SSH)
 
     @property
     def facts(self) -> dict[str, Any] | None:
@@ -44,6 +46,7 @@ class NodeOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "status": self.status.value, "reason": self.reason, "kind": self.kind,
                 "wall_s": round(self.wall_s, 3), "exit_code": self.exit_code, "evidence": self.evidence,
+                "via": self.via, **({"slurm_state": self.slurm_state} if self.slurm_state else {}),
                 "report": self.report}
 
 
@@ -77,6 +80,7 @@ class Options:
     train_batch_size: int | None = None
     train_iterations: int = 5
     drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm_drain.py)
+    launcher: str = "ssh"  # ssh | slurm: how node checks and jobs start (cluster/slurm_fanout.py, slurm_jobs.py)
 
     def agent_argv(self) -> list[str]:
         """The agent's command on the nodes (--remote-command) as argv."""

@@ -14,7 +14,7 @@ from typing import Any
 from . import ssh_args
 
 DEFAULT_GROUP = "gpu_nodes"  # the playbook's group of GPU nodes; `all` when an inventory has none
-KEPT_VARS = ("ib_address",)  # inventory vars the later cluster stages use
+KEPT_VARS = ("ib_address", "slurm_node_name")  # inventory vars the later cluster stages and Slurm use
 # Ansible's names for each connection setting, first wins (as the ssh connection plugin reads them).
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 PORT_VARS = ("ansible_port", "ansible_ssh_port")

@@ -113,10 +113,19 @@ def pythons(ctx: ClusterContext, nodes: Sequence[str], stack: str) -> tuple[str 
     return (next(iter(paths)) if paths else None), missing
 
 
+def through_slurm(ctx: ClusterContext) -> bool:
+    """--launcher slurm: jobs start with srun from this machine (slurm_jobs.py), not mpirun or SSH."""
+    return ctx.options.launcher == "slurm"
+
+
 def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
                timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
     """Copy `script`, and the modules it imports from its own folder (launch.SUPPORT_FILES), to REMOTE_DIR on
     every node, in parallel. (remote path of the script, node -> its failed copy)."""
+    if through_slurm(ctx):
+        from .slurm_jobs import distribute as through_srun
+
+        return through_srun(ctx, nodes, script, REMOTE_DIR, timeout)
     files = [script, *(f for f in launch.SUPPORT_FILES if f.name != script.name)]
 
     def one(node: str) -> tuple[str, Remote]:
@@ -135,7 +144,12 @@ def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], scri
 def mpirun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str], env: Mapping[str, str],
            timeout: float) -> Remote:
     """mpirun from the first node of the layout, every rank with `env` (exported with -x). As root on
-    Debian's OpenMPI it needs --allow-run-as-root; --oversubscribe for more ranks than cores (CPU nodes)."""
+    Debian's OpenMPI it needs --allow-run-as-root; --oversubscribe for more ranks than cores (CPU nodes).
+    Through Slurm: srun --mpi=pmix from this machine."""
+    if through_slurm(ctx):
+        from .slurm_jobs import mpi_job
+
+        return mpi_job(ctx, lay, program, env, timeout)
     launcher = lay.slots[0][0]
     slots = [(address(ctx, n, data=False), k) for n, k in lay.slots]
     try:
@@ -164,9 +178,14 @@ def combined(parts: list[Remote]) -> Remote:
 
 def torchrun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, python: str, path: str, args: Sequence[str],
              gpus: bool, port: int, timeout: float) -> Remote:
-    """One torchrun per node of the layout (static rendezvous on its first node's `port`), all at once."""
-    torchrun_bin = python.rsplit("/", 1)[0] + "/torchrun"
+    """One torchrun per node of the layout (static rendezvous on its first node's `port`), all at once. Through
+    Slurm: one srun task per rank, no torchrun."""
     master = address(ctx, lay.slots[0][0], data=False)
+    if through_slurm(ctx):
+        from .slurm_jobs import torch_job
+
+        return torch_job(ctx, lay, python, path, args, rank_env(gpus), master, port, timeout)
+    torchrun_bin = python.rsplit("/", 1)[0] + "/torchrun"
     starts = []
     for i, (node, k) in enumerate(lay.slots):
         argv = launch.torchrun_command(path, list(args), nnodes=len(lay.slots), node_rank=i, nproc_per_node=k,

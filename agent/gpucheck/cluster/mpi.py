@@ -14,13 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..model import Result, Status
 from .context import ClusterContext, ClusterResult
-from .jobs import Layout, mpirun
+from .jobs import Layout, mpirun, through_slurm
 from .nodes import address, hostname, participants, remote_hosts
 from .ssh import Remote, RemoteHosts
 
 CHECK = "cluster.mpi"
-# OpenMPI --tag-output: "[1,3]<stdout>:node04"
-_TAGGED = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<stdout>:\s?(?P<text>.*)$")
+# OpenMPI --tag-output: "[1,3]<stdout>:node04"; srun --label: "3: node04"
+_TAGGED = re.compile(r"^(?:\[(?P<job>\d+),(?P<rank>\d+)\]<stdout>:|(?P<task>\d+):)\s?(?P<text>.*)$")
 REMEDIATION = ("check from the launcher: ssh to the node as the MPI user (keys, known_hosts), the same OpenMPI "
                "on every node (orted on PATH), and the MCA network settings (/etc/openmpi/openmpi-mca-params.conf)")
 
@@ -31,7 +31,7 @@ def ranks_of(stdout: str) -> dict[int, str]:
     for line in stdout.splitlines():
         m = _TAGGED.match(line.strip())
         if m:
-            out.setdefault(int(m["rank"]), m["text"].strip())
+            out.setdefault(int(m["rank"] or m["task"]), m["text"].strip())
     return out
 
 
@@ -64,6 +64,7 @@ def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resul
     run = run or remote_hosts(ctx)
     timeout = ctx.options.stage_timeout
     launcher = cast.nodes[0]
+    started = "through srun --mpi=pmix" if through_slurm(ctx) else f"from {launcher}"
     targets = [(n, address(ctx, n, data=False)) for n in cast.nodes]
     done, ranks = hello(ctx, run, targets, timeout)
     wrong = judge(ctx, targets, ranks)
@@ -72,12 +73,13 @@ def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resul
     expected = f"{len(targets)} ranks, one on each node, each printing its own hostname"
     if done.ok and not wrong:
         return [ClusterResult(CHECK, Status.PASS, measured, expected,
-                              f"{len(targets)} ranks on {len(targets)} nodes from {launcher}, each on its own host "
+                              f"{len(targets)} ranks on {len(targets)} nodes {started}, each on its own host "
                               f"({done.wall_s:.1f} s)" + cast.note(), evidence=done.evidence(),
                               duration_s=time.monotonic() - began)]
     if done.error and done.kind not in ("timeout",):  # could not even reach the launcher
-        return [ClusterResult(CHECK, Status.ERROR, measured, expected, f"cannot run mpirun on the launcher "
-                              f"{launcher}: {done.describe()}", REMEDIATION, done.evidence(),
+        where = "through Slurm" if through_slurm(ctx) else f"on the launcher {launcher}"
+        return [ClusterResult(CHECK, Status.ERROR, measured, expected, f"cannot run the MPI job {where}: "
+                              f"{done.describe()}", REMEDIATION, done.evidence(),
                               time.monotonic() - began)]
     if not done.ok and len(targets) > 1:
         wrong = locate(ctx, run, launcher, targets, timeout) or wrong

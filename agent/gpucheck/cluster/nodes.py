@@ -54,9 +54,12 @@ def participants(ctx: ClusterContext) -> Participants:
     usable = ctx.usable()
     left_out = {n: "no report: " + ctx.nodes[n].reason for n in ctx.nodes if n not in ctx.checked()}
     left_out.update({n: "failed its node checks" for n in ctx.checked() if n not in usable})
+    if ctx.options.launcher == "slurm":  # its jobs go through Slurm, which runs none there now
+        left_out.update({n: f"Slurm runs no job there: {ctx.nodes[n].slurm_state}" for n in usable
+                         if ctx.nodes[n].slurm_state})
     blamed = blamed_so_far(ctx)
     left_out.update({n: why for n, why in blamed.items() if n in usable})
-    return Participants([n for n in usable if n not in blamed], left_out)
+    return Participants([n for n in usable if n not in blamed and n not in left_out], left_out)
 
 
 def thresholds(ctx: ClusterContext, node: str) -> Profile | None:

@@ -10,15 +10,10 @@ from typing import Any
 from .. import slurm
 from ..model import Status
 from .context import ClusterContext
+from .slurm_jobs import slurm_name
 
 # scontrol failures that would fail the same way for every node: said once, the rest not tried
 WHOLE_CLUSTER = ("scontrol not found", "slurmctld does not answer", "not allowed", "munge refused")
-
-
-def slurm_name(ctx: ClusterContext, node: str) -> str:
-    host = next((h for h in ctx.inventory.hosts if h.name == node), None)
-    name = (host.vars.get("slurm_node_name") if host is not None else None) or node
-    return str(name)
 
 
 def verdicts(ctx: ClusterContext, doc: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:

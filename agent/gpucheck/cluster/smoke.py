@@ -136,8 +136,15 @@ def _ps(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, pa
     steps = max(20, 3 * options.smoke_steps)
     watchdog = f"{jobs.rank_watchdog_s(options.stage_timeout):g}"
     args = ["--steps", str(steps), "--timeout-s", watchdog, "--chief-wait-s", watchdog]
-    starts = [(by_address[t.host], command([python, path, *args], env=t.env(jobs.rank_env(gpus)))) for t in tasks]
-    r.done = jobs.combined(jobs.start_all(run, starts, options.stage_timeout))
+    if jobs.through_slurm(ctx):  # one srun, each task its own TF_CONFIG
+        from .slurm_jobs import per_task_job
+
+        r.done = per_task_job(ctx, jobs.Layout([(by_address[t.host], 1) for t in tasks]), [python, path, *args],
+                              [t.env(jobs.rank_env(gpus)) for t in tasks], options.stage_timeout)
+    else:
+        starts = [(by_address[t.host], command([python, path, *args], env=t.env(jobs.rank_env(gpus))))
+                  for t in tasks]
+        r.done = jobs.combined(jobs.start_all(run, starts, options.stage_timeout))
     expected = {"chief": 1, "worker": sum(1 for t in tasks if t.role == "worker"),
                 "ps": sum(1 for t in tasks if t.role == "ps")}
     rows = parse_results(r.done.stdout)

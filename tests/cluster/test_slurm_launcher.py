@@ -1,0 +1,147 @@
+"""`gpucheck cluster --launcher slurm` against a real Slurm on this machine (tests/slurmkit.py: gpu-a has a slurmd,
+gpu-b is drained by an admin, so Slurm runs no job there) and the loopback sshd: gpu-a's node checks run
+through srun and are judged as the SSH path judges them, gpu-b is checked over SSH and says why, and Slurm that
+cannot be asked is one line, exit 3. The multi-node srun jobs (MPI, smoke) run on the lab
+(tests/cluster_lab/test_slurm_lab.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cluster_helpers import LoopbackSshd, load_report, node_report, run_cluster, write_inventory
+
+import slurmkit
+from gpucheck.cluster import slurm_fanout, srun
+from gpucheck.model import Status
+from labkit import lab_unavailable
+
+# The agent a task runs: srun's tasks have SLURMD_NODENAME, SSH's have SSH_CONNECTION (the sshd's dispatch).
+AGENT = """#!/bin/sh
+if [ -n "$SLURMD_NODENAME" ]; then exec "$(dirname "$0")/by-slurm/$SLURMD_NODENAME" "$@"; fi
+exec "$(dirname "$0")/gpucheck" "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if slurmkit.missing() or os.geteuid() != 0:  # a skip on a developer's machine, a failure under CI
+        lab_unavailable("a real Slurm needs root and Debian's slurmctld, slurmd and munge (tests/apt-packages.txt): "
+                        "missing " + (", ".join(slurmkit.missing()) or "root"))
+    cluster = slurmkit.start(tmp_path_factory.mktemp("slurm"), others=("gpu-b",))
+    # drained by an admin: Slurm runs no job there (and gpu-b's address, 127.0.0.2, reaches gpu-a's slurmd)
+    cluster.set("gpu-b", state="drain", reason="admin: fan replaced")
+    yield cluster
+    slurmkit.stop(cluster)
+
+
+@pytest.fixture
+def agent(sshd: LoopbackSshd) -> Path:
+    path = sshd.agent_dir / "agent-any"
+    path.write_text(AGENT)
+    path.chmod(0o755)
+    (sshd.agent_dir / "by-slurm").mkdir(exist_ok=True)
+    return path
+
+
+def on_slurm_node(sshd: LoopbackSshd, node: str, script: str) -> None:
+    path = sshd.agent_dir / "by-slurm" / node
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+def slurm_report(sshd: LoopbackSshd, node: str, report: dict) -> None:
+    path = sshd.agent_dir / f"slurm-{node}.json"
+    path.write_text(json.dumps(report))
+    on_slurm_node(sshd, node, f"echo 'a warning on stderr' >&2\ncat '{path}'\nexit {report['exit_code']}\n")
+
+
+def cluster(sshd, slurm, agent, tmp_path, *extra, env=None):
+    inventory = write_inventory(tmp_path / "hosts.yml", sshd, {"gpu-a": {"ansible_port": sshd.ports[0]},
+                                                               "node02": {"ansible_port": sshd.ports[1],
+                                                                          "slurm_node_name": "gpu-b"}})
+    report = tmp_path / "report"
+    done = run_cluster(["-i", str(inventory), "--remote-command", str(agent), "--report", str(report),
+                        "--launcher", "slurm", *extra], env={**os.environ, **(env or slurm.env)}, cwd=tmp_path)
+    return done, report
+
+
+def test_node_checks_through_srun_judged_as_over_ssh_and_a_node_slurm_cannot_use_checked_over_ssh(
+        sshd, slurm, agent, tmp_path) -> None:
+    slurm_report(sshd, "gpu-a", node_report("gpu-a", fail={"gpu.ecc_errors": "GPU3: 2 volatile uncorrected"}))
+    sshd.report(sshd.ports[1], node_report("node02"))
+    done, report = cluster(sshd, slurm, agent, tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    doc = load_report(report)
+    a, b = doc["nodes"]["gpu-a"], doc["nodes"]["node02"]
+    assert (a["status"], a["via"], a["kind"]) == ("fail", "srun", "report")
+    assert a["report"]["host"] == "gpu-a" and "gpu.ecc_errors" in a["reason"]
+    assert "a warning on stderr" in a["evidence"]  # the agent's stderr, kept apart from its report
+    assert (b["status"], b["via"]) == ("pass", "ssh")
+    assert "DRAIN" in b["slurm_state"] and "(admin: fan replaced)" in b["slurm_state"]
+    assert [d["node"] for d in doc["drain"]] == ["gpu-a"]
+    assert "node checks: 1 node(s) through srun; over SSH, as Slurm runs no job there now: node02" in done.stdout
+
+
+def test_a_hung_agent_under_srun_is_that_nodes_timeout_and_the_job_is_ended(sshd, slurm, agent, tmp_path) -> None:
+    pids = tmp_path / "hung.pids"
+    on_slurm_node(sshd, "gpu-a", f"echo $$ >> '{pids}'\nexec sleep 600\n")
+    sshd.report(sshd.ports[1], node_report("node02"))
+    done, report = cluster(sshd, slurm, agent, tmp_path, "--host-timeout", "5")
+    doc = load_report(report)
+    a = doc["nodes"]["gpu-a"]
+    assert (a["status"], a["kind"], a["via"]) == ("fail", "timeout", "srun"), a
+    assert done.returncode == 2
+    pid = int(pids.read_text().split()[0])
+    assert not Path(f"/proc/{pid}").exists() or "sleep" not in Path(f"/proc/{pid}/cmdline").read_text()
+
+
+def test_a_crashed_agent_and_a_missing_one_are_said_as_over_ssh(sshd, slurm, agent, tmp_path) -> None:
+    on_slurm_node(sshd, "gpu-a", "echo 'Traceback: boom' >&2\nexit 1\n")
+    sshd.report(sshd.ports[1], node_report("node02"))
+    _, report = cluster(sshd, slurm, agent, tmp_path)
+    a = load_report(report)["nodes"]["gpu-a"]
+    assert (a["status"], a["kind"]) == ("error", "agent-crashed") and "boom" in a["reason"], a
+    (sshd.agent_dir / "by-slurm" / "gpu-a").unlink()
+    _, report = cluster(sshd, slurm, agent, tmp_path)
+    a = load_report(report)["nodes"]["gpu-a"]
+    assert a["status"] == "error" and a["kind"] in ("agent-missing", "agent-crashed"), a
+
+
+def test_slurm_that_cannot_be_asked_is_one_line_exit_3(sshd, slurm, agent, tmp_path) -> None:
+    gone = tmp_path / "no-slurm.conf"
+    gone.write_text(slurm.conf.read_text().replace(f"SlurmctldPort={_port(slurm)}", "SlurmctldPort=9"))
+    done, _ = cluster(sshd, slurm, agent, tmp_path, env={"SLURM_CONF": str(gone)})
+    assert done.returncode == 3
+    assert done.stderr.strip().startswith("gpucheck: error: --launcher slurm: slurmctld does not answer")
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def _port(slurm) -> str:
+    return next(line.split("=", 1)[1] for line in slurm.conf.read_text().splitlines()
+                if line.startswith("SlurmctldPort="))
+
+
+def test_srun_gives_each_task_its_lines_whole_and_sends_a_file_to_every_task(slurm, monkeypatch) -> None:
+    """srun cuts a line at 1 KiB (a node report is one long line): srun.WRAP's pieces put it back together."""
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)  # srun.run passes on the command line's own environment
+    script = 'cat; echo "$SLURM_PROCID $X"; printf "%05000d\\n" 7; echo oops >&2; exit "$SLURM_PROCID"'
+    step = srun.run(srun.Job("t", ["gpu-a", "gpu-a"], ["/bin/sh", "-c", script], 30, env={"X": "x"}),
+                    input_text="sent\n")
+    assert step.remote.exit == 1 and step.remote.error is None  # the highest of the tasks' exit statuses
+    long_line = "0" * 4999 + "7"
+    for number in (0, 1):
+        task = step.tasks[number]
+        assert (task.node, task.exit, task.stderr) == ("gpu-a", number, "oops\n")
+        assert task.stdout == f"sent\n{number} x\n{long_line}\n"
+    assert f"1: {long_line}\n" in step.remote.stdout  # labelled as srun --label would, one line whole
+
+
+def test_outcome_without_an_exit_status_is_an_error_naming_what_srun_said() -> None:
+    said = "srun: error: gpu-a: task 0: Killed\nsrun: Job step aborted"
+    got = slurm_fanout.outcome("gpu-a", srun.Task("gpu-a", '{"partial'), 60, 3.0, said)
+    assert got.status == Status.ERROR and got.kind == "slurm" and got.via == "srun"
+    assert "no report through srun" in got.reason and "task 0: Killed" in got.reason
