@@ -4,7 +4,8 @@
 DGX H100s and one with a fault;  3. run the playbook against inventory/lab (hosts start from the
 image, so only what belongs to this cluster changes: its known_hosts, an agent newer than the image);
 4. validate with this repository's `gpucheck cluster` (every host's agent, then the cluster-wide
-stages) with --drain: the faulty host is drained in the lab's Slurm (admin01 runs slurmctld) with its
+stages) through Slurm (--launcher slurm: the node checks with one srun, the MPI and smoke-training jobs as
+Slurm jobs) with --drain: the faulty host is drained in the lab's Slurm (admin01 runs slurmctld) with its
 `gpucheck:` reason; then it is repaired and its Slurm health check (gpucheck node --slurm) resumes it;
 5. print where the report is and which host is faulty;  6. `down` (unless --keep).
 """
@@ -66,8 +67,8 @@ def _cluster_validation(out_dir: Path, stages: str | None = None,
            "--pair-fraction", "0.5"]
     if stages:
         cmd += ["--stages", stages]
-    if slurm_env:
-        cmd.append("--drain")
+    if slurm_env:  # as a Slurm cluster is validated: node checks and jobs through Slurm, verdicts into it
+        cmd += ["--launcher", "slurm", "--drain"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(AGENT), os.environ.get("PYTHONPATH")])),
                **(slurm_env or {}))
     proc = subprocess.run(cmd, timeout=3600, stdin=subprocess.DEVNULL, env=env)
@@ -88,7 +89,22 @@ def _cluster_validation(out_dir: Path, stages: str | None = None,
     counts = (doc.get("counts") or {}).get("cluster") or {}
     if any(counts.values()):
         lines.append("  cluster-wide checks: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    if slurm_env:
+        lines += _through_slurm(doc)
     return lines, set(drain)
+
+
+def _through_slurm(doc: dict) -> list[str]:
+    """How --launcher slurm ran: which nodes through srun, which over SSH and why, and the smoke job's verdict."""
+    nodes = doc.get("nodes") or {}
+    through = sorted(n for n, v in nodes.items() if v.get("via") == "srun")
+    lines = [f"  node checks through one srun: {', '.join(through) or 'none'}"]
+    lines += [f"  {n} over SSH: {v['slurm_state']}" for n, v in sorted(nodes.items()) if v.get("slurm_state")]
+    for result in doc.get("cluster") or []:
+        if str(result.get("check", "")).startswith(("cluster.mpi", "cluster.smoke")):
+            lines.append(f"  {result['check']} as a Slurm job (srun --mpi=pmix): {result['status']}: "
+                         f"{str(result.get('reason'))[:160]}")
+    return lines
 
 
 def _sinfo(env: dict[str, str]) -> str:

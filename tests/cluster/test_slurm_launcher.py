@@ -145,3 +145,60 @@ def test_outcome_without_an_exit_status_is_an_error_naming_what_srun_said() -> N
     got = slurm_fanout.outcome("gpu-a", srun.Task("gpu-a", '{"partial'), 60, 3.0, said)
     assert got.status == Status.ERROR and got.kind == "slurm" and got.via == "srun"
     assert "no report through srun" in got.reason and "task 0: Killed" in got.reason
+
+
+def test_a_long_line_comes_back_whole_from_its_pieces_and_srun_s_own_lines_stay_apart() -> None:
+    ended = []
+    collect = srun.Collector(lambda n, task: ended.append((n, task.exit)))
+    for raw in ["0: =n gpu-a", " 1: =n gpu-b", "0: +o " + "a" * 900, "1: =o short", "srun: error: gpu-c: Killed",
+                "0: +o " + "b" * 900, "0: =o end", "0: =e warning", "1: =x 2", "0: =x 0", "1: not a piece"]:
+        collect.line(raw)
+    assert collect.tasks[0].stdout == "a" * 900 + "b" * 900 + "end\n" and collect.tasks[0].stderr == "warning\n"
+    assert (collect.tasks[1].node, collect.tasks[1].stdout, collect.tasks[1].exit) == ("gpu-b", "short\n", 2)
+    assert ended == [(1, 2), (0, 0)]
+    assert collect.other == ["srun: error: gpu-c: Killed", "1: not a piece"]
+    assert collect.labelled("stdout").splitlines()[1] == "1: short"
+
+
+def test_the_job_command_asks_for_whole_nodes_their_gpus_and_our_task_order() -> None:
+    job = srun.Job("mpi", ["node02", "node02", "node01"], ["hostname"], 100, mpi="pmix", gpus_per_node=8,
+                   env={"A": "b c"})
+    words = job.argv("/tmp/hosts")
+    alloc, step = words[:words.index("srun")], words[words.index("srun"):]
+    assert alloc[:2] == ["salloc", f"--job-name={job.name}"] and job.name.startswith("gpucheck-mpi-")
+    assert {"--nodes=2", "--nodelist=node02,node01", "--exclusive", "--gres=gpu:8", "--time=2"} <= set(alloc)
+    assert "SLURM_HOSTFILE=/tmp/hosts" in alloc
+    assert {"--ntasks=3", "--distribution=arbitrary", "--export=NONE", "--mpi=pmix", "--label"} <= set(step)
+    assert step[-5:] == ["/bin/sh", "-c", srun.WRAP, "gpucheck-task", "hostname"] and "A=b c" in step
+
+
+def test_slurm_names_the_gpus_it_has_as_gres_and_says_which_nodes_run_jobs_now() -> None:
+    from gpucheck import slurm
+
+    assert slurm.NodeState("a", "IDLE", "", "gpu:h100:8(S:0-1)").gpus == 8
+    assert slurm.NodeState("a", "IDLE", "", "gpu:a100:4,gpu:t4:2,nic:1").gpus == 6
+    assert slurm.NodeState("a", "IDLE", "").gpus == 0
+    assert [slurm.NodeState("a", s, "").runs_jobs_now for s in ("IDLE", "IDLE+DRAIN", "IDLE*", "MIXED", "DOWN*")] \
+        == [True, False, False, False, False]
+
+
+def test_each_task_takes_its_own_variables_by_its_slurm_rank() -> None:
+    """tf-ps under Slurm: one srun, each task its TF_CONFIG (JSON, quotes and spaces), the ps without a GPU."""
+    import subprocess
+
+    from gpucheck.cluster import slurm_jobs
+
+    envs = [{"TF_CONFIG": '{"task": {"type": "ps", "index": 0}}', "CUDA_VISIBLE_DEVICES": ""},
+            {"TF_CONFIG": '{"task": {"type": "chief", "index": 0}}'}]
+    shared = {"GPUCHECK_TASK_VARS": "CUDA_VISIBLE_DEVICES TF_CONFIG",
+              **{f"GPUCHECK_T{i}_{k}": v for i, env in enumerate(envs) for k, v in env.items()}}
+    show = 'printf "%s|%s" "$TF_CONFIG" "${CUDA_VISIBLE_DEVICES-unset}"'
+    got = [subprocess.run(["sh", "-c", slurm_jobs.PER_TASK, "per-task", "sh", "-c", show], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": str(i), **shared}).stdout
+           for i in range(2)]
+    assert got == ['{"task": {"type": "ps", "index": 0}}|', '{"task": {"type": "chief", "index": 0}}|unset']
+    ranks = subprocess.run(["sh", "-c", slurm_jobs.TORCH_RANK, "torch-rank", "sh", "-c",
+                            'echo "$RANK $LOCAL_RANK $WORLD_SIZE"'], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+                                "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4"}).stdout
+    assert ranks == "5 1 8\n"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import FAULTY, LAB_INVENTORY, ROOT, LabState, lab, run_cluster
+from cluster_lab_helpers import FAULTY, LAB_INVENTORY, ROOT, LabState, by_check, lab, run_cluster
 
 pytestmark = pytest.mark.lab
 
@@ -129,3 +129,43 @@ def test_cluster_drain_drains_the_faulty_node_and_resumes_it_once_repaired(slurm
         assert "DRAIN" not in node(slurm, FAULTY)[0]
     finally:
         lab("fault", FAULTY, "scenario", "ecc-uncorrected", timeout=120)
+
+
+def test_the_slurm_launcher_gives_the_ssh_verdicts_and_runs_the_smoke_job_as_a_slurm_job(slurm, tmp_path,
+                                                                                         monkeypatch) -> None:
+    """`--launcher slurm`: node01 and node02 checked through one srun, the faulty node (drained by an admin, so
+    Slurm runs no job there) over SSH; each node's verdict and reason as the SSH path gives them; then the MPI
+    and smoke-training jobs as Slurm jobs (srun --mpi=pmix) across node01 and node02."""
+    monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
+    for name in ("node01", "node02"):
+        if "DRAIN" in node(slurm, name)[0]:
+            slurm_cmd(slurm, "scontrol", "update", f"nodename={name}", "state=resume")
+    slurm_cmd(slurm, "scontrol", "update", f"nodename={FAULTY}", "state=drain", "reason=admin: PSU swap")
+    try:
+        limit = ["--limit", f"node01,node02,{FAULTY}"]
+        by_ssh, ssh_doc, _ = run_cluster([*limit, "--stages", "consistency"], tmp_path / "ssh")
+        done, doc, _ = run_cluster([*limit, "--stages", "consistency,mpi,smoke", "--launcher", "slurm"],
+                                   tmp_path / "slurm")
+        state, reason = node(slurm, FAULTY)
+        assert "DRAIN" in state and reason == "admin: PSU swap"  # untouched: no --drain
+    finally:
+        slurm_cmd(slurm, "scontrol", "update", f"nodename={FAULTY}", "state=resume")
+
+    def verdicts(report: dict) -> dict:
+        return {n: (v["status"], v["reason"], [(r["check"], r["status"]) for r in v["report"]["results"]])
+                for n, v in report["nodes"].items()}
+
+    assert verdicts(doc) == verdicts(ssh_doc), done.stdout + done.stderr
+    assert doc["drain"] == ssh_doc["drain"] and [d["node"] for d in doc["drain"]] == [FAULTY]
+    assert {n: v["via"] for n, v in doc["nodes"].items()} == {"node01": "srun", "node02": "srun", FAULTY: "ssh"}
+    assert "admin: PSU swap" in doc["nodes"][FAULTY]["slurm_state"]
+    assert f"node checks: 2 node(s) through srun; over SSH, as Slurm runs no job there now: {FAULTY}" in done.stdout
+    checks = by_check(doc)
+    consistency = {k: v["status"] for k, v in checks.items() if k.startswith("cluster.consistency")}
+    assert consistency == {k: v["status"] for k, v in by_check(ssh_doc).items()}
+    mpi, smoke = checks["cluster.mpi"], checks["cluster.smoke.tf-horovod"]
+    assert mpi["status"] == "pass" and "through srun --mpi=pmix" in mpi["reason"], mpi
+    assert smoke["status"] == "pass", smoke["reason"] + smoke["evidence"][-3000:]
+    assert "srun --ntasks=2 --distribution=arbitrary" in smoke["evidence"] and "--mpi=pmix" in smoke["evidence"]
+    assert sorted(smoke["measured"]["2 nodes"]["hosts"]) == ["node01", "node02"]
+    assert by_ssh.returncode == done.returncode == 2
