@@ -8,12 +8,14 @@ finds its own NodeName), NodeAddr 127.0.0.1. Clients find it through SLURM_CONF 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,3 +130,19 @@ def stop(cluster: SlurmCluster) -> None:
         except (OSError, ValueError):
             continue
     time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def running(directory: Path, others: tuple[str, ...] = ()) -> Iterator[SlurmCluster]:
+    """A test module's Slurm: started, then stopped however the module ends. Without root or the daemons it is
+    a skip on a developer's machine and a failure under CI (labkit.lab_unavailable)."""
+    from labkit import lab_unavailable
+
+    if missing() or os.geteuid() != 0:
+        lab_unavailable("a real Slurm needs root and Debian's slurmctld, slurmd and munge (tests/apt-packages.txt): "
+                        "missing " + (", ".join(missing()) or "root"))
+    cluster = start(directory, others)
+    try:
+        yield cluster
+    finally:
+        stop(cluster)

@@ -16,7 +16,6 @@ from cluster_helpers import LoopbackSshd, load_report, node_report, run_cluster,
 import slurmkit
 from gpucheck.cluster import slurm_fanout, srun
 from gpucheck.model import Status
-from labkit import lab_unavailable
 
 # The agent a task runs: srun's tasks have SLURMD_NODENAME, SSH's have SSH_CONNECTION (the sshd's dispatch).
 AGENT = """#!/bin/sh
@@ -27,14 +26,10 @@ exec "$(dirname "$0")/gpucheck" "$@"
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    if slurmkit.missing() or os.geteuid() != 0:  # a skip on a developer's machine, a failure under CI
-        lab_unavailable("a real Slurm needs root and Debian's slurmctld, slurmd and munge (tests/apt-packages.txt): "
-                        "missing " + (", ".join(slurmkit.missing()) or "root"))
-    cluster = slurmkit.start(tmp_path_factory.mktemp("slurm"), others=("gpu-b",))
-    # drained by an admin: Slurm runs no job there (and gpu-b's address, 127.0.0.2, reaches gpu-a's slurmd)
-    cluster.set("gpu-b", state="drain", reason="admin: fan replaced")
-    yield cluster
-    slurmkit.stop(cluster)
+    with slurmkit.running(tmp_path_factory.mktemp("slurm"), others=("gpu-b",)) as cluster:
+        # drained by an admin: Slurm runs no job there (and gpu-b's address, 127.0.0.2, reaches gpu-a's slurmd)
+        cluster.set("gpu-b", state="drain", reason="admin: fan replaced")
+        yield cluster
 
 
 @pytest.fixture
@@ -117,6 +112,10 @@ def test_slurm_that_cannot_be_asked_is_one_line_exit_3(sshd, slurm, agent, tmp_p
     assert done.returncode == 3
     assert done.stderr.strip().startswith("gpucheck: error: --launcher slurm: slurmctld does not answer")
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    done, _ = cluster(sshd, slurm, agent, tmp_path, env={**slurm.env, "PATH": str(tmp_path / "no-slurm-here")})
+    assert done.returncode == 3 and done.stderr.strip() == (
+        "gpucheck: error: --launcher slurm: scontrol not found on PATH: is this a Slurm node (the slurm-client "
+        "package)?")
 
 
 def _port(slurm) -> str:

@@ -13,24 +13,20 @@ import slurmkit
 from gpucheck.cluster import handoff
 from gpucheck.cluster.slurm_drain import apply_drain
 from gpucheck.model import Status
-from labkit import lab_unavailable
 
 OTHERS = ("gpu-b", "gpu-c", "gpu-d")
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    if slurmkit.missing() or os.geteuid() != 0:
-        lab_unavailable("a real Slurm needs root and Debian's slurmctld, slurmd and munge (tests/apt-packages.txt)")
-    cluster = slurmkit.start(tmp_path_factory.mktemp("slurm"), OTHERS)
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)  # scontrol, run by the code under test, finds it here
-    yield cluster
-    if old is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = old
-    slurmkit.stop(cluster)
+    with slurmkit.running(tmp_path_factory.mktemp("slurm"), OTHERS) as cluster:
+        old = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = str(cluster.conf)  # scontrol, run by the code under test, finds it here
+        yield cluster
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
 
 
 def report(names: list[str], failed: tuple[str, ...], errors: tuple[str, ...] = ()) -> tuple:

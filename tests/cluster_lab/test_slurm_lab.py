@@ -166,6 +166,7 @@ def test_the_slurm_launcher_gives_the_ssh_verdicts_and_runs_the_smoke_job_as_a_s
     mpi, smoke = checks["cluster.mpi"], checks["cluster.smoke.tf-horovod"]
     assert mpi["status"] == "pass" and "through srun --mpi=pmix" in mpi["reason"], mpi
     assert smoke["status"] == "pass", smoke["reason"] + smoke["evidence"][-3000:]
-    assert "srun --ntasks=2 --distribution=arbitrary" in smoke["evidence"] and "--mpi=pmix" in smoke["evidence"]
+    assert smoke["evidence"].startswith("--- 1 rank\n$ salloc ") and "srun --ntasks=1" in smoke["evidence"]
+    assert "--mpi=pmix" in smoke["evidence"] and "mpirun" not in smoke["evidence"]
     assert sorted(smoke["measured"]["2 nodes"]["hosts"]) == ["node01", "node02"]
     assert by_ssh.returncode == done.returncode == 2

@@ -6,8 +6,6 @@ across the lab's hosts: tests/cluster_lab/test_slurm_lab.py."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from workload_helpers import free_ports
 
@@ -17,19 +15,14 @@ from gpucheck.cluster.context import ClusterContext, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.workloads import launch
 from gpucheck.workloads.results import judge_smoke, parse_results
-from labkit import lab_unavailable
 
 STEPS = ["--epochs", "2", "--steps", "5", "--timeout-s", "200"]
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    if slurmkit.missing() or os.geteuid() != 0:  # a skip on a developer's machine, a failure under CI
-        lab_unavailable("a real Slurm needs root and Debian's slurmctld, slurmd and munge (tests/apt-packages.txt): "
-                        "missing " + (", ".join(slurmkit.missing()) or "root"))
-    cluster = slurmkit.start(tmp_path_factory.mktemp("slurm"))
-    yield cluster
-    slurmkit.stop(cluster)
+    with slurmkit.running(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
 
 
 @pytest.fixture
