@@ -95,14 +95,14 @@ def _cluster_validation(out_dir: Path, stages: str | None = None,
 
 
 def _through_slurm(doc: dict) -> list[str]:
-    """How --launcher slurm ran: which nodes through srun, which over SSH and why, and the smoke job's verdict."""
+    """How --launcher slurm ran: which nodes through srun, which over SSH and why, and the Slurm jobs' verdicts."""
     nodes = doc.get("nodes") or {}
     through = sorted(n for n, v in nodes.items() if v.get("via") == "srun")
     lines = [f"  node checks through one srun: {', '.join(through) or 'none'}"]
     lines += [f"  {n} over SSH: {v['slurm_state']}" for n, v in sorted(nodes.items()) if v.get("slurm_state")]
     for result in doc.get("cluster") or []:
-        if str(result.get("check", "")).startswith(("cluster.mpi", "cluster.smoke")):
-            lines.append(f"  {result['check']} as a Slurm job (srun --mpi=pmix): {result['status']}: "
+        if str(result.get("check", "")).startswith(("cluster.mpi", "cluster.allreduce", "cluster.smoke")):
+            lines.append(f"  {result['check']} as a Slurm job: {result['status']}: "
                          f"{str(result.get('reason'))[:160]}")
     return lines
 

@@ -3,9 +3,10 @@ whole node: --exclusive), each node's output taken apart from the others' and ju
 judges it (fanout.interpret). A node Slurm will not start a job on now (drained, down, not responding, busy) is
 checked over SSH instead, at the same time, and says why: a drained node is the one an admin most needs checked.
 
-Each task prints its NodeName first, then the agent's report, then the agent's stderr and its exit status, each
-marked, so one node's output is whole and in order however srun interleaves the nodes'. A node whose task
-printed no exit status (its slurmd died, Slurm killed the step) is an error naming what srun said about it."""
+Each task's stdout, stderr and exit status come back whole (srun.WRAP), so a node's report is judged from its own
+output however srun interleaves the nodes'. A node whose task never said its exit status (its slurmd died, Slurm
+killed the step) is an error naming what srun said about it; one still running when the job's time ran out is
+timed out, as over SSH."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def through_srun(hosts: list[Host], options: Options, gpus: int, on_done: Callab
     began = time.monotonic()
 
     def host_of(number: int, task: srun.Task | None) -> str:
-        return by_name.get(task.node, "") if task and task.node else hosts[number].name
+        return (by_name.get(task.node) if task and task.node else None) or hosts[number].name
 
     def tell(number: int, task: srun.Task) -> None:
         host = host_of(number, task)
@@ -82,15 +83,17 @@ def through_srun(hosts: list[Host], options: Options, gpus: int, on_done: Callab
 
     step = srun.run(job, on_task=tell)
     done = step.remote
-    for number, host in enumerate(hosts):
+    for number in range(len(hosts)):
         task = step.tasks.get(number)
         name = host_of(number, task)
         if name in told:
             continue
         told.add(name)
-        if done.error and task is None:  # Slurm ran nothing there: srun's reason is the node's
-            on_done(NodeOutcome(host.name, Status.FAIL if done.timed_out else Status.ERROR, done.error,
-                                "timeout" if done.timed_out else "slurm", done.wall_s, evidence=done.evidence(),
+        if done.timed_out:  # still running when the job's time ran out: hung, as over SSH
+            on_done(NodeOutcome(name, Status.FAIL, f"timed out: no report within {seconds:g} s (hung agent?)",
+                                "timeout", done.wall_s, evidence=done.evidence(), via="srun"))
+        elif done.error and task is None:  # Slurm ran nothing there: its reason is the node's
+            on_done(NodeOutcome(name, Status.ERROR, done.error, "slurm", done.wall_s, evidence=done.evidence(),
                                 via="srun"))
         else:
             on_done(outcome(name, task, seconds, done.wall_s, done.stderr))

@@ -178,8 +178,9 @@ def run(job: Job, input_text: str | None = None, on_task: Callable[[int, Task], 
                    threading.Thread(target=_read, args=(proc.stderr, err.append), daemon=True)]
         for reader in readers:
             reader.start()
-        if input_text is not None:
-            _feed(proc, input_text)
+        if input_text is not None:  # fed aside: srun reads it only once the tasks run, which may be never
+            readers.append(threading.Thread(target=_feed, args=(proc, input_text), daemon=True))
+            readers[-1].start()
         try:
             proc.wait(timeout=seconds + GRACE_S)
             timed_out = False
