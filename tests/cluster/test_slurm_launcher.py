@@ -201,3 +201,21 @@ def test_each_task_takes_its_own_variables_by_its_slurm_rank() -> None:
                            env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
                                 "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4"}).stdout
     assert ranks == "5 1 8\n"
+
+
+def test_only_idle_nodes_go_through_srun_the_others_say_why() -> None:
+    from gpucheck import slurm
+    from gpucheck.cluster.inventory import Host
+
+    def host(name: str, **variables: str) -> Host:
+        return Host(name, "10.0.0.1", 22, "root", None, (), True, vars=variables)
+
+    states = {n: slurm.NodeState(n, s, r, "gpu:8") for n, s, r in (
+        ("a", "IDLE", ""), ("b", "IDLE+DRAIN", "gpucheck: gpu.ecc_errors"), ("c", "MIXED", ""), ("gpu-d", "IDLE", ""),
+        ("e", "DOWN*", "Not responding"))}
+    plan = slurm_fanout.split([host("a"), host("b"), host("c"), host("d", slurm_node_name="gpu-d"), host("e"),
+                               host("f")], states)
+    assert [h.name for h in plan.srun] == ["a", "d"]
+    assert plan.ssh == {"b": "IDLE+DRAIN in Slurm (gpucheck: gpu.ecc_errors)", "c": "MIXED in Slurm",
+                        "e": "DOWN* in Slurm (Not responding)",
+                        "f": "Slurm has no node f (set its slurm_node_name host variable)"}
