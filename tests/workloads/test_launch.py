@@ -133,7 +133,7 @@ class FakeCopies:
 
 
 def test_distribute_copies_the_script_with_its_support_modules():
-    ctx = SimpleNamespace(options=SimpleNamespace(forks=4))
+    ctx = SimpleNamespace(options=SimpleNamespace(forks=4, launcher="ssh"))
     fake = FakeCopies(broken={("n2", "rank_io.py")})
     path, failed = jobs.distribute(ctx, fake, ["n1", "n2"], script_path("torch"))
     assert path == f"{jobs.REMOTE_DIR}/smoke_torch_ddp.py"
