@@ -29,11 +29,12 @@ COPIED = "gpucheck-copied"
 # Each task takes the variables named in GPUCHECK_TASK_VARS from GPUCHECK_T<its SLURM_PROCID>_<name>, where set.
 PER_TASK = ('for v in $GPUCHECK_TASK_VARS; do eval "if [ -n \\"\\${GPUCHECK_T${SLURM_PROCID}_$v+x}\\" ]; then '
             'export $v=\\"\\$GPUCHECK_T${SLURM_PROCID}_$v\\"; fi"; done; exec "$@"')
-TORCH_RANK = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
-              'LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"; exec "$@"')
+# What torchrun would set and env:// reads (a rank's place on its node picks its GPU: rank_io.torch_device).
+TORCH_RANK = 'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS"; exec "$@"'
 
 
 def slurm_name(ctx: ClusterContext, node: str) -> str:
+    """The inventory node's NodeName in Slurm (srun.node_name)."""
     host = next((h for h in ctx.inventory.hosts if h.name == node), None)
     return srun.node_name(host) if host is not None else node
 
