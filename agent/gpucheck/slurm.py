@@ -90,14 +90,9 @@ def scontrol(args: list[str], node: str = "") -> str:
 def show_node(name: str) -> NodeState:
     """The node's state and reason (`scontrol show node NAME`: one `key=value` line each, Reason whole)."""
     text = scontrol(["show", "node", name], name)
-    state = re.search(r"(?:^|\s)State=(\S+)", text)
-    if state is None:
+    if re.search(r"(?:^|\s)State=\S", text) is None:
         raise SlurmError(f"Slurm does not know node {name}: scontrol show node printed no State")
-    reason = ""
-    for line in text.splitlines():
-        if line.strip().startswith("Reason="):
-            reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", line.strip().removeprefix("Reason="))
-    return NodeState(name, state.group(1), "" if reason == "(null)" else reason)
+    return _node_state(name, text)
 
 
 def all_nodes() -> dict[str, NodeState]:
@@ -105,15 +100,23 @@ def all_nodes() -> dict[str, NodeState]:
     out: dict[str, NodeState] = {}
     for line in scontrol(["show", "node", "--oneliner"]).splitlines():
         name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
-        state = re.search(r"(?:^|\s)State=(\S+)", line)
-        if name is None or state is None:
-            continue
-        reason = re.search(r"(?:^|\s)Reason=(.*)$", line)
-        text = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", reason.group(1)) if reason else ""
-        gres = re.search(r"(?:^|\s)Gres=(\S+)", line)
-        out[name.group(1)] = NodeState(name.group(1), state.group(1), "" if text == "(null)" else text,
-                                       gres.group(1) if gres and gres.group(1) != "(null)" else "")
+        if name is not None and re.search(r"(?:^|\s)State=\S", line):
+            out[name.group(1)] = _node_state(name.group(1), line)
     return out
+
+
+def _node_state(name: str, text: str) -> NodeState:
+    """One node's record as scontrol prints it, on its own lines or --oneliner: Reason runs to the end of its line
+    (less the "[user@time]" Slurm appends), "(null)" is nothing."""
+    state = re.search(r"(?:^|\s)State=(\S+)", text)
+    reason = re.search(r"(?:^|\s)Reason=(.*)$", text, re.M)
+    gres = re.search(r"(?:^|\s)Gres=(\S+)", text)
+
+    def value(m: re.Match[str] | None) -> str:
+        text = m.group(1).strip() if m else ""
+        return "" if text == "(null)" else text
+
+    return NodeState(name, value(state), re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", value(reason)), value(gres))
 
 
 def this_node(explicit: str | None = None) -> str:
