@@ -118,6 +118,11 @@ def through_slurm(ctx: ClusterContext) -> bool:
     return ctx.options.launcher == "slurm"
 
 
+def workload_files(script: Path) -> list[Path]:
+    """The script and the modules it imports from its own folder (launch.SUPPORT_FILES): what a node needs of it."""
+    return [script, *(f for f in launch.SUPPORT_FILES if f.name != script.name)]
+
+
 def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
                timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
     """Copy `script`, and the modules it imports from its own folder (launch.SUPPORT_FILES), to REMOTE_DIR on
@@ -126,7 +131,7 @@ def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], scri
         from .slurm_jobs import distribute as through_srun
 
         return through_srun(ctx, nodes, script, REMOTE_DIR, timeout)
-    files = [script, *(f for f in launch.SUPPORT_FILES if f.name != script.name)]
+    files = workload_files(script)
 
     def one(node: str) -> tuple[str, Remote]:
         for path in files:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import base64
 import io
+import shlex
 import tarfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import slurm
-from ..workloads import launch
 from . import srun
 from .context import ClusterContext
-from .jobs import Layout
+from .jobs import Layout, workload_files
 from .ssh import Remote
 
 COPIED = "gpucheck-copied"
@@ -89,18 +89,17 @@ def distribute(ctx: ClusterContext, nodes: Sequence[str], script: Path, remote_d
                timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
     """`script` and its support files into `remote_dir` on every node, through one srun's stdin. (remote path of
     the script, node -> the failed copy)."""
-    files = [script, *(f for f in launch.SUPPORT_FILES if f.name != script.name)]
     buffer = io.BytesIO()
     try:
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for path in files:
+            for path in workload_files(script):
                 tar.add(path, arcname=path.name)
     except OSError as exc:
         failed = Remote("srun", f"copy {script}", error=f"cannot read {exc.filename}: {exc.strerror}", kind="copy")
         return f"{remote_dir}/{script.name}", {n: failed for n in nodes}
     lay = Layout([(n, 1) for n in nodes])
-    quoted = remote_dir.replace("'", "'\\''")
-    unpack = f"mkdir -p '{quoted}' && base64 -d | tar -x -o -C '{quoted}' && echo {COPIED}"
+    quoted = shlex.quote(remote_dir)
+    unpack = f"mkdir -p {quoted} && base64 -d | tar -x -o -C {quoted} && echo {COPIED}"
     step = srun.run(srun.Job("copy", tasks(ctx, lay), ["/bin/sh", "-c", unpack], timeout),
                     input_text=base64.b64encode(buffer.getvalue()).decode() + "\n")
     done = step.remote
