@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"cannot create report directory {directory}: {exc.strerror}")
 
-    ctx = ClusterContext(options, inventory)
+    ctx = ClusterContext(options, inventory, slurm_states=slurm_nodes)
     began = time.monotonic()
     started = started_at.isoformat(timespec="seconds")
     argv = ["gpucheck", *sys.argv[1:]]

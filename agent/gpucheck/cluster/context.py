@@ -100,6 +100,8 @@ class ClusterContext:
     scaling: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] = field(default_factory=dict)  # the training stage's table (training_verdict)
     slurm: list[dict[str, str]] = field(default_factory=list)  # what --drain did in Slurm, node by node
+    # --launcher slurm: every node Slurm knows (slurm.NodeState by NodeName), read once at the start
+    slurm_states: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     def checked(self) -> list[str]:

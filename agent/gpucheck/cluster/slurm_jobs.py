@@ -44,19 +44,22 @@ def tasks(ctx: ClusterContext, lay: Layout) -> list[str]:
     return [slurm_name(ctx, node) for node, count in lay.slots for _ in range(count)]
 
 
-def gpus_per_node(names: Sequence[str]) -> int:
-    """The GPUs every one of these nodes has in Slurm (GRES), which a job on them asks for: all of each node's."""
-    try:
-        states = slurm.all_nodes()
-    except slurm.SlurmError:
-        return 0  # the job itself then says what Slurm said
+def gpus_per_node(ctx: ClusterContext, names: Sequence[str]) -> int:
+    """The GPUs every one of these nodes has in Slurm (GRES), which a job on them asks for: all of each node's.
+    From the states the run read at its start (ctx.slurm_states), read here once when it has none."""
+    if ctx.slurm_states is None:
+        try:
+            ctx.slurm_states = slurm.all_nodes()
+        except slurm.SlurmError:
+            return 0  # the job itself then says what Slurm said
+    states = ctx.slurm_states
     return min((states[n].gpus if n in states else 0 for n in set(names)), default=0)
 
 
 def job(ctx: ClusterContext, what: str, lay: Layout, program: Sequence[str], env: Mapping[str, str], timeout: float,
         mpi: str | None = None) -> Remote:
     ranks = tasks(ctx, lay)
-    done = srun.run(srun.Job(what, ranks, program, timeout, mpi=mpi, gpus_per_node=gpus_per_node(ranks),
+    done = srun.run(srun.Job(what, ranks, program, timeout, mpi=mpi, gpus_per_node=gpus_per_node(ctx, ranks),
                              env=env)).remote
     done.host = lay.slots[0][0] if lay.slots else "srun"
     return done
