@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "agent"), str(ROOT)]
 
 from gpucheck import slurm  # noqa: E402
-from gpucheck.cluster import fanout, slurm_fanout  # noqa: E402
+from gpucheck.cluster import fanout  # noqa: E402
 from gpucheck.cluster.context import Options  # noqa: E402
 from gpucheck.cluster.inventory import load  # noqa: E402
+from gpucheck.cluster.slurm import fanout as slurm_fanout  # noqa: E402
 from lab import slurm as lab_slurm  # noqa: E402
 
 

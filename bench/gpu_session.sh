@@ -1,29 +1,375 @@
 #!/usr/bin/env bash
-# Everything a lent GPU machine should run for the burn-in, in one device call (see DEVELOPERS.md's device
-# tool): the CuPy probe, the tests marked `gpu`, `gpucheck node --full` on the node as found, the planted
-# faults only a real GPU shows, and the benchmark against plain library calls. Writes its logs under $OUT.
-#   run: bash bench/gpu_session.sh        (from the repository root, on the GPU machine)
+# What a lent GPU machine (one NVIDIA H100 or H200, lent for one call of the device tool) should run
+# to prove what the fakes cannot, within a time budget, leaving at most 8 files under $OUT.
+#
+#   bash bench/gpu_session.sh [BUDGET_S]   (default: $GPU_SESSION_BUDGET_S, else 480; from any directory)
+#
+# Budget. Each step has a bound (the most seconds it may take) and a floor (the fewest seconds worth starting it
+# with: about two to three times what it took on the H200 of tests/fixtures/measured/). A step starts only when
+# the budget left, less KEEP seconds (the `timeout -k` grace for a step that ignores SIGTERM, and the summary),
+# is at least its floor; it runs under `timeout -k 10 min(bound, that)`. So the script ends within its budget
+# (plus a second), and a step that does not fit is reported "not started (budget)". A step whose tool, Python
+# module or file is missing is "skipped" with the reason. A failing step never stops the next (no set -e).
+#
+# Order: the most valuable first, so that a short budget (or a machine taken back) loses the least:
+#   1 nvidia-smi     (10 s)  which GPU, driver and CUDA the rest ran on; the XML is a parser test input
+#   2 node-passive   (60 s)  the agent's everyday mode (Slurm health check) against the real NVML, in seconds
+#   3 node-full     (240 s)  the product's headline: `gpucheck node --full`, every burn-in worker on the real
+#                            GPU and judged (a 10 s burn); if only this ran, the session still answers "does it
+#                            work on a real GPU"
+#   4 planted-fault  (60 s)  the judge on real NVML samples: a profile whose burn temperature limit is 20 C must
+#                            fail gpu.burn naming the GPU; cheap, and a false pass is the worst bug a checker has
+#   5 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
+#                            the GPU found at their offsets, the p2p and all-reduce programs
+#   6 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
+#                            burn-in's wall time; figures already measured once, so this guards against a
+#                            regression rather than proving function (the wall time is left out under 150 s)
+#   7 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
+#   8 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
+#                            tests and the bench cover it now, so it runs last, when time is left
+#
+# Outputs under $OUT, these names only (8 at most whatever happens; scratch files go to a private temporary
+# directory removed at exit); summary.txt and steps.log are rewritten after every step, so a run cut short
+# still leaves its digest:
+#   summary.txt        every step's name, result, exit code, seconds, then its key lines (GPU and driver, node
+#                      verdict counts and non-passing checks, burn-in figures, the planted fault's verdict,
+#                      the pytest summary, benchmark ratios, ResNet-50 images/s, the CuPy probe's figures)
+#   steps.log          every step's stdout and stderr, each under a heading, the last 256 KiB of each
+#   nvidia-smi-q-x.xml node-passive.json node-full.json node-fault.json gpu-tests.txt bench.txt
+# Progress lines and the summary also go to stdout (the device tool returns its last 12,000 characters).
+#
+# It never changes the GPU's settings: nvidia-smi is only queried (no -pl, -lgc, -pm, -mig, -r, -e, -c).
 set -uo pipefail
-OUT=${OUT:-/tmp/gpu-session}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD/agent PYTHONUNBUFFERED=1
-step() { echo "=== $* ($(date +%T))"; }
 
-step "nvidia-smi"; nvidia-smi -q -x >"$OUT/nvidia-smi-q-x.xml" 2>&1; nvidia-smi | head -20
-[ -f ../shared/tools/cupy_probe.py ] && { step "cupy probe"; timeout 300 python3 ../shared/tools/cupy_probe.py \
-  >"$OUT/cupy_probe.txt" 2>&1; tail -c 3000 "$OUT/cupy_probe.txt"; }
-step "gpu tests"; timeout 600 python3 -m pytest -q -m gpu tests/gpuwork tests/node 2>&1 | tee "$OUT/gpu-tests.txt" | tail -30
-step "gpucheck node --full"
-timeout 900 python3 -m gpucheck node --full --format json --output "$OUT/node-full.json"; echo "exit $?"
-python3 -m gpucheck node --full --only gpu.gemm gpu.memory_bandwidth gpu.host_bandwidth gpu.memtest gpu.sdc \
-  gpu.burn --burn-seconds 10 2>&1 | tee "$OUT/node-burnin.txt" | tail -40
-step "planted fault: a low burn temperature limit must fail gpu.burn naming the GPU"
-mkdir -p /tmp/gpucheck-profiles
-printf 'name: cold\ninherits: h100-1gpu\nburnin: {burn_temperature_C_max: 20}\n' >/tmp/gpucheck-profiles/cold.yaml
-python3 -m gpucheck node --profile /tmp/gpucheck-profiles/cold.yaml --only gpu.burn --burn-seconds 5 \
-  2>&1 | tee "$OUT/fault-cold-burn.txt" | tail -8
-step "ResNet-50 training at 1 GPU (PyTorch DDP, AMP, batch 256): images/s beside checks/gpus.yaml's figures"
-timeout 600 torchrun --nnodes 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29510 \
-  agent/gpucheck/workloads/resnet_torch_ddp.py --iterations 5 --timeout-s 550 2>"$OUT/resnet50-torch-1gpu.log" \
-  | tee "$OUT/resnet50-torch-1gpu.txt" | cut -c1-600
-step "benchmark"; timeout 600 python3 bench/gpu_burnin.py 2>&1 | tee "$OUT/bench.txt" | tail -20
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$ROOT" || exit 3
+BUDGET=${1:-${GPU_SESSION_BUDGET_S:-480}}
+if ! [[ $BUDGET =~ ^[0-9]+$ ]] || ((10#$BUDGET < 1)); then
+    echo "usage: bash bench/gpu_session.sh [BUDGET_S]   (a whole number of seconds, not '$BUDGET')" >&2
+    exit 2
+fi
+BUDGET=$((10#$BUDGET))
+OUT=${OUT:-/tmp/gpu-session}
+KILL_AFTER=10                  # timeout -k: SIGKILL this long after SIGTERM
+KEEP=$((KILL_AFTER + 2))       # seconds of the budget no step may use: the kill grace, the last summary
+LOG_CAP=262144                 # bytes of each step's output kept in steps.log (the last ones)
+MAX_FILES=8                    # what the device tool brings back from $OUT
+OUTPUTS=(summary.txt steps.log nvidia-smi-q-x.xml node-passive.json node-full.json node-fault.json gpu-tests.txt
+         bench.txt)
+
+# name           bound floor function            needs: cmd:PROGRAM py:MODULE file:PATH, comma-separated
+STEPS=(
+  "nvidia-smi       10    5  step_nvidia_smi     cmd:nvidia-smi"
+  "node-passive     60   20  step_node_passive   py:yaml,py:psutil,py:rich"
+  "node-full       240   90  step_node_full      py:yaml,py:psutil,py:rich,py:cupy"
+  "planted-fault    60   40  step_planted_fault  py:yaml,py:psutil,py:rich,py:cupy"
+  "gpu-tests       180  120  step_gpu_tests      py:pytest,py:cupy"
+  "bench           180   60  step_bench          py:cupy,file:bench/gpu_burnin.py"
+  "resnet50        150   60  step_resnet         cmd:torchrun,py:torch,file:agent/gpucheck/workloads/resnet_torch_ddp.py"
+  "cupy-probe      120   45  step_cupy_probe     py:cupy,py:numpy,file:bench/cupy_probe.py"
+)
+BENCH_NODE_RUN_S=150           # the bench times the default burn-in (~80 s on an H200) only when granted this much
+
+now_ms() {
+    if [[ -n ${EPOCHREALTIME:-} ]]; then local t=${EPOCHREALTIME/[.,]/}; echo $((10#$t / 1000)); else date +%s%3N; fi
+}
+T0=$(now_ms)
+END=$((T0 + BUDGET * 1000))
+left_s() { echo $(((END - $(now_ms)) / 1000)); }
+secs() { printf '%d.%d' $(($1 / 1000)) $((($1 % 1000) / 100)); }
+
+if ! command -v timeout >/dev/null; then echo "gpu_session: no timeout (coreutils): cannot bound the steps" >&2; exit 3; fi
+mkdir -p "$OUT" || exit 3
+for name in "${OUTPUTS[@]}"; do rm -f "$OUT/$name"; done  # no stale result of an earlier run beside this one's
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-session.XXXXXX") || exit 3
+trap 'rm -rf "$WORK"' EXIT
+: >"$WORK/table"; : >"$WORK/digest"
+export OUT WORK ROOT BENCH_NODE_RUN_S PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/agent${PYTHONPATH:+:$PYTHONPATH}"
+
+# ---------------------------------------------------------------- the steps (each runs as `bash -c step_x`
+# under timeout, with STEP_T = its seconds and KEYS = a file for its key lines; its stdout and stderr go to
+# steps.log, and when it writes no key lines the summary shows the last lines of its output)
+
+node_digest() {  # $1: a `gpucheck node --format json` report: counts, non-passing checks, burn-in figures
+    python3 - "$1" <<'EOF'
+import json, sys
+try:
+    report = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as exc:
+    sys.exit(f"no report: {exc}")
+counts = ", ".join(f"{n} {status}" for status, n in (report.get("counts") or {}).items() if n)
+print(f"profile {report.get('profile')}, {counts or 'no checks'} in {report.get('duration_s')} s, "
+      f"exit {report.get('exit_code')}")
+ACTIVE = ("gpu.gemm", "gpu.memory_bandwidth", "gpu.host_bandwidth", "gpu.memtest", "gpu.burn", "gpu.sdc",
+          "host.read_throughput")
+lines = {}  # one line per (status, reason): checks that fail for one cause share it
+for r in report.get("results", []):
+    status, check = r.get("status", "?"), r.get("check", "?")
+    if status in ("pass", "skip") and check not in ACTIVE:
+        continue
+    text = r.get("reason", "") if status != "pass" else json.dumps(r.get("measured"), separators=(",", ":"))
+    lines.setdefault((status, text), []).append(check)
+for n, ((status, text), checks) in enumerate(lines.items()):
+    if n == 20:
+        print(f"  ... {len(lines) - n} more lines in the JSON report")
+        break
+    if len(checks) == 1:
+        print(f"  {status.upper():5} {checks[0]}: {text}"[:300])
+    else:  # the reason first: a long list of checks must not push it out of the line
+        print(f"  {status.upper():5} {len(checks)} checks: {text}: {', '.join(checks)}"[:300])
+EOF
+}
+
+step_nvidia_smi() {
+    local rc=0
+    nvidia-smi -q -x >"$OUT/nvidia-smi-q-x.xml" || rc=$?
+    nvidia-smi | tee "$WORK/nvidia-smi.txt" || rc=$?
+    { grep -m1 -o 'Driver Version: *[^ ]*.*CUDA Version: *[^ ]*' "$WORK/nvidia-smi.txt"
+      nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total,power.limit,temperature.gpu --format=csv,noheader
+    } >"$KEYS"
+    return "$rc"
+}
+
+step_node_passive() {
+    python3 -m gpucheck node --format json --output "$OUT/node-passive.json" --deadline $((STEP_T - 10))
+    local rc=$?
+    echo "gpucheck node: exit $rc"
+    node_digest "$OUT/node-passive.json" >"$KEYS" 2>&1
+    return "$rc"
+}
+
+step_node_full() {  # the report must be written before the step's timeout: --deadline 15 s inside it
+    local deadline=$((STEP_T - 15)) bench=120
+    ((bench > deadline - 15)) && bench=$((deadline - 15))
+    python3 -m gpucheck node --full --burn-seconds 10 --bench-timeout "$bench" --deadline "$deadline" \
+        --format json --output "$OUT/node-full.json"
+    local rc=$?
+    echo "gpucheck node --full: exit $rc"
+    node_digest "$OUT/node-full.json" >"$KEYS" 2>&1
+    return "$rc"
+}
+
+step_planted_fault() {  # succeeds only when gpu.burn fails, naming the GPU, for the planted temperature limit
+    # `generic` is what a lone H100 or H200 can always inherit (h100-1gpu matches only an H100; gpucheck
+    # profiles: a lone H200 gets generic); only gpu.burn runs, so the rest of the profile does not matter.
+    printf 'name: cold\ndescription: planted fault, a burn temperature limit no GPU under load meets\n%s\n%s\n' \
+        'inherits: generic' 'burnin: {burn_temperature_C_max: 20}' >"$WORK/cold.yaml"
+    local deadline=$((STEP_T - 10)) bench=60
+    ((bench > deadline - 5)) && bench=$((deadline - 5))
+    python3 -m gpucheck node --profile "$WORK/cold.yaml" --only gpu.burn --burn-seconds 5 --bench-timeout "$bench" \
+        --deadline "$deadline" --format json --output "$OUT/node-fault.json"
+    local rc=$?
+    echo "gpucheck node --profile cold.yaml --only gpu.burn: exit $rc (2 expected)"
+    python3 - "$OUT/node-fault.json" "$rc" >"$KEYS" 2>&1 <<'EOF'
+import json, re, sys
+try:
+    results = json.load(open(sys.argv[1])).get("results", [])
+except (OSError, ValueError) as exc:
+    sys.exit(f"planted fault NOT shown: no report ({exc}), gpucheck exit {sys.argv[2]}")
+burn = next((r for r in results if r.get("check") == "gpu.burn"), {})
+reason = burn.get("reason", "")
+found = (burn.get("status") == "fail" and re.search(r"\bGPU\d+\b", reason)
+         and "burn_temperature_C_max" in reason)
+print(f"planted fault {'found' if found else 'NOT found'}: gpu.burn {burn.get('status', 'missing')}, "
+      f"gpucheck exit {sys.argv[2]} (2 expected): {reason}"[:400])
+sys.exit(0 if found else 1)
+EOF
+}
+
+step_gpu_tests() {
+    python3 -m pytest -q -rfEs -m gpu tests/gpuwork tests/node -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.txt"
+    local rc=$?
+    { grep -E '^(FAILED|ERROR|SKIPPED) ' "$OUT/gpu-tests.txt" | head -n 8 | cut -c1-300
+      tail -n 1 "$OUT/gpu-tests.txt"; } >"$KEYS"
+    if ((rc == 0)) && ! tail -n 1 "$OUT/gpu-tests.txt" | grep -q ' passed'; then
+        echo "no test marked gpu passed: on a GPU machine that is a failure (CuPy saw no CUDA device?)" | tee -a "$KEYS"
+        rc=1
+    fi
+    return "$rc"
+}
+
+step_bench() {
+    local args=()
+    if ((STEP_T < BENCH_NODE_RUN_S)); then
+        args=(--no-node-run)
+        echo "bench: ${STEP_T} s granted, under ${BENCH_NODE_RUN_S} s: --no-node-run" | tee "$KEYS"
+    fi
+    python3 bench/gpu_burnin.py "${args[@]}" 2>&1 | tee "$OUT/bench.txt"
+    local rc=$?
+    grep -E '^(GEMM|copy|gpucheck node)' "$OUT/bench.txt" >>"$KEYS"
+    ((rc == 0)) || tail -n 2 "$OUT/bench.txt" >>"$KEYS"
+    return "$rc"
+}
+
+step_resnet() {
+    torchrun --nnodes 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29510 \
+        agent/gpucheck/workloads/resnet_torch_ddp.py --iterations 5 --timeout-s $((STEP_T - 20)) 2>&1 |
+        tee "$WORK/resnet.txt"
+    local rc=$?
+    { grep -E '\] (rank 0/|iteration|rank 0:)' "$WORK/resnet.txt" | cut -c1-200
+      python3 - "$WORK/resnet.txt" <<'EOF'
+import json, sys
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith("GPUCHECK_RESULT "):
+        r = json.loads(line.split(" ", 1)[1])
+        print(f"ResNet-50 1 GPU: {r.get('images_per_s')} images/s, ok {r.get('ok')}, {r.get('precision')}, "
+              f"batch {r.get('batch_size')}, {r.get('devices')}, wall {r.get('wall_s')} s, "
+              f"error {r.get('error')}"[:300])
+EOF
+    } >"$KEYS" 2>&1
+    return "$rc"
+}
+
+step_cupy_probe() {  # the probe catches every error into its JSON: it fails here on an unexpected ERROR
+    python3 bench/cupy_probe.py 2>&1 | tee "$WORK/probe.txt" || return
+    python3 - "$WORK/probe.txt" >"$KEYS" 2>&1 <<'EOF'
+import json, sys
+EXPECTED = {"bf16_dtype", "ml_dtypes_bf16"}  # CuPy has no bfloat16 dtype (gemmEx is the way round); ml_dtypes is optional
+figures = None
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith("CUPYPROBE "):
+        figures = json.loads(line.split(" ", 1)[1])
+if figures is None:
+    sys.exit("no CUPYPROBE line")
+for key, value in figures.items():
+    print(f"{key}: {json.dumps(value, separators=(',', ':'))}"[:240])
+errors = [k for k, v in figures.items() if isinstance(v, str) and v.startswith("ERROR") and k not in EXPECTED]
+print(f"{len(errors)} unexpected ERROR entries{': ' + ', '.join(errors) if errors else ''}")
+sys.exit(1 if errors else 0)
+EOF
+}
+
+export -f node_digest step_nvidia_smi step_node_passive step_node_full step_planted_fault step_gpu_tests step_bench \
+    step_resnet step_cupy_probe
+
+# ---------------------------------------------------------------- prerequisites, asked once
+
+declare -A NO_MODULE=()
+HAVE_PYTHON=1
+command -v python3 >/dev/null || HAVE_PYTHON=0
+if ((HAVE_PYTHON)); then
+    modules=$(for entry in "${STEPS[@]}"; do read -r _ _ _ _ needs <<<"$entry"; tr ',' '\n' <<<"$needs"; done |
+              sed -n 's/^py://p' | sort -u)
+    # shellcheck disable=SC2086  # one module name a word
+    for module in $(timeout 60 python3 -c 'import importlib.util, sys
+for name in sys.argv[1:]:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        print(name)' $modules); do NO_MODULE[$module]=1; done
+fi
+
+missing() {  # $1: a step's needs; prints why it cannot run, nothing if it can
+    local need needs reasons=() text=""
+    IFS=, read -ra needs <<<"$1"
+    for need in "${needs[@]}"; do
+        case $need in
+            cmd:*) command -v "${need#cmd:}" >/dev/null || reasons+=("no ${need#cmd:}") ;;
+            py:*) if ((!HAVE_PYTHON)); then [[ " ${reasons[*]-} " == *" python3 "* ]] || reasons+=("no python3")
+                  elif [[ -n ${NO_MODULE[${need#py:}]:-} ]]; then reasons+=("no Python module ${need#py:}"); fi ;;
+            file:*) [[ -e ${need#file:} ]] || reasons+=("no ${need#file:}") ;;
+        esac
+    done
+    for need in "${reasons[@]}"; do text+="${text:+, }$need"; done
+    echo "$text"
+}
+
+# ---------------------------------------------------------------- the summary, rewritten after every step
+
+STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")
+write_summary() {  # $1: a line for the step now running, if any
+    {
+        echo "gpu_session.sh on ${HOSTNAME:-?}, started $STARTED, budget ${BUDGET} s, commit $COMMIT"
+        printf '%-5s %-14s %5s %6s %5s  %s\n' step name bound secs exit result
+        cat "$WORK/table"
+        [[ -n ${1:-} ]] && echo "$1"
+        echo "elapsed $(secs $(($(now_ms) - T0))) s of the ${BUDGET} s budget"
+        echo
+        cat "$WORK/digest"
+    } >"$WORK/summary"
+    cat "$WORK/summary" >"$OUT/summary.txt"
+}
+record() {  # step number, name, bound, seconds, exit, result
+    printf '%-5s %-14s %5s %6s %5s  %s\n' "$@" >>"$WORK/table"
+}
+
+# ---------------------------------------------------------------- run
+
+n=${#STEPS[@]}
+i=0
+failed=0
+: >"$OUT/steps.log"
+for entry in "${STEPS[@]}"; do
+    i=$((i + 1))
+    read -r name bound floor fn needs <<<"$entry"
+    left=$(left_s)
+    why=$(missing "$needs")
+    if [[ -n $why ]]; then
+        echo "=== step $i/$n $name: skipped ($why)"
+        record "$i/$n" "$name" "$bound" - - "skipped ($why)"
+        continue
+    fi
+    usable=$((left - KEEP))
+    if ((usable < floor)); then
+        echo "=== step $i/$n $name: not started (budget: ${left} s left, it needs ${floor} s + ${KEEP} s)"
+        record "$i/$n" "$name" "$bound" - - "not started (budget: ${left} s left, needs ${floor} + ${KEEP} s)"
+        continue
+    fi
+    t=$((bound < usable ? bound : usable))
+    echo "=== step $i/$n $name (bound ${t}s$( ((t < bound)) && echo " of ${bound}s"), ${left}s left) $(date +%T)"
+    write_summary "$i/$n   $name: running since $(date +%T), bound ${t} s"
+    : >"$WORK/keys"
+    began=$(now_ms)
+    # timeout makes itself a process group leader: what the step leaves running (a child that ignored SIGTERM
+    # while its shell died) is in that group, and killed before the next step finds the GPU busy
+    STEP_T=$t KEYS=$WORK/keys timeout -k "$KILL_AFTER" "$t" bash -c "set -o pipefail; $fn" >"$WORK/log" 2>&1 </dev/null &
+    group=$!
+    wait "$group"
+    rc=$?
+    left_over=""
+    if kill -0 -- "-$group" 2>/dev/null; then
+        kill -KILL -- "-$group" 2>/dev/null
+        left_over=", processes it left running killed"
+    fi
+    took=$(secs $(($(now_ms) - began)))
+    case $rc in
+        0) result=ok ;;
+        124) result="timed out at ${t} s" ;;
+        137) result="killed ${KILL_AFTER} s after timing out at ${t} s" ;;
+        *) result=failed ;;
+    esac
+    result+=$left_over
+    ((rc == 0)) || failed=$((failed + 1))
+    {
+        echo "=================== step $i/$n $name: $result, exit $rc, ${took} s (bound ${t} s)"
+        size=$(wc -c <"$WORK/log")
+        if ((size > LOG_CAP)); then
+            echo "[... the first $((size - LOG_CAP)) of $size bytes left out ...]"
+            tail -c "$LOG_CAP" "$WORK/log"
+        else
+            cat "$WORK/log"
+        fi
+        echo
+    } >>"$OUT/steps.log"
+    {
+        echo "--- $i/$n $name: $result, exit $rc, ${took} s"
+        if [[ -s $WORK/keys ]]; then head -n 25 "$WORK/keys"; else tail -n 6 "$WORK/log"; fi | cut -c1-300 |
+            sed 's/^/    /'
+    } >>"$WORK/digest"
+    record "$i/$n" "$name" "$t" "$took" "$rc" "$result"
+    echo "    $name: $result, exit $rc, ${took} s"
+    write_summary
+done
+
+files=$(find "$OUT" -type f | wc -l)
+if ((files > MAX_FILES)); then
+    echo "WARNING: $files files under $OUT: the device tool brings back $MAX_FILES at most" | tee -a "$WORK/digest"
+fi
+echo "$files files under $OUT: $(cd "$OUT" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' ')" >>"$WORK/digest"
+write_summary
+echo
+cat "$OUT/summary.txt"
+((failed == 0 && files <= MAX_FILES))  # exit 1: a step failed, or too many files for the device tool

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lab import config
 from lab.errors import EXIT_OK, EXIT_UNKNOWN, LabError
+from lab.progress import say
 
 DESCRIPTION = """\
 The gpucheck lab: a real multi-host cluster on this one machine, with simulated GPUs.
@@ -127,6 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def stays_up(what: str = "the lab is up") -> str:
+    """What to try on a lab left up for the user, said last by `up` and `demo --keep`; never said of hosts taken
+    down again before the user could use them (the golden image's build host, a demo without --keep)."""
+    from lab import state
+
+    st = state.load()
+    hosts = [h.name for h in st.hosts] if st is not None else []
+    node = next((name for name in hosts if name != config.ADMIN_HOST), config.host_name(1))
+    return (f"{what}: {', '.join(hosts) or 'no host'}; try `python3 -m lab ssh {node}`, `python3 -m lab status`; "
+            "`python3 -m lab down` removes it")
+
+
 def _print_status(code: int, rows: list[dict], as_json: bool) -> None:
     from lab import cluster, state
 
@@ -143,7 +156,7 @@ def _print_status(code: int, rows: list[dict], as_json: bool) -> None:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    from lab import cluster
+    from lab import cluster, ssh, state
 
     if args.command == "up":
         scenarios = None
@@ -155,6 +168,7 @@ def dispatch(args: argparse.Namespace) -> int:
         cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, subnet=args.subnet,
                                      allow=tuple(args.allow), golden=not args.no_golden,
                                      playbook=args.playbook.resolve(), admin=args.admin))
+        say(stays_up())
         return EXIT_OK
     if args.command == "slurm":
         from lab import slurm
@@ -173,9 +187,9 @@ def dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "ssh":
         cluster.require_root()
-        h = cluster.load_up().host(args.host)
+        h = state.load_up().host(args.host)
         cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-        argv = cluster.ssh_argv(h.address, batch=bool(cmd))
+        argv = ssh.ssh_argv(h.address, batch=bool(cmd))
         if not cmd and sys.stdin.isatty():
             argv.insert(1, "-t")
         sys.stdout.flush()
@@ -188,8 +202,12 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from lab import demo
 
-        return demo.run(args.playbook.resolve(), keep=args.keep, fault_scenario=args.fault, fresh=args.fresh,
-                        stages=args.stages)
+        try:
+            return demo.run(args.playbook.resolve(), keep=args.keep, fault_scenario=args.fault, fresh=args.fresh,
+                            stages=args.stages)
+        finally:
+            if args.keep and state.load() is not None:  # not after an `up` that failed and removed its hosts
+                say(stays_up("--keep: the lab stays up"))
     raise LabError("no command given: try `python3 -m lab --help`")
 
 

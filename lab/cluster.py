@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import config, gpus, host, images, inventory, keys, net, procs, rootfs, state
+from lab import config, gpus, host, images, inventory, keys, net, procs, rootfs, slurm, state
 from lab.errors import EXIT_FAIL, EXIT_OK, EXIT_WARN, LabError
 from lab.progress import fmt_duration, plural, say, step
-from lab.run import run
+from lab.ssh import ssh_run
 from lab.state import HostState, LabState
 
 PROXY_SCRIPT = Path(__file__).resolve().parent / "proxy.py"
@@ -25,30 +25,6 @@ PROXY_SCRIPT = Path(__file__).resolve().parent / "proxy.py"
 def require_root() -> None:
     if os.geteuid() != 0:
         raise LabError("the lab needs root (network namespaces, mounts, a bridge): run it as root")
-
-
-def ssh_argv(address: str, *, batch: bool = True) -> list[str]:
-    """ssh to a lab host as root with the lab's key and known_hosts (strict host key checking)."""
-    argv = [
-        "ssh", "-i", str(config.KEY_FILE), "-o", "IdentitiesOnly=yes",
-        "-o", f"UserKnownHostsFile={config.KNOWN_HOSTS}", "-o", "GlobalKnownHostsFile=/dev/null",
-        "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR",
-    ]
-    if batch:
-        argv += ["-o", "BatchMode=yes"]
-    return [*argv, f"root@{address}"]
-
-
-def ssh_run(address: str, command: str, timeout: float = 60, stdin: str | None = None):
-    """Run command on a lab host over SSH (never raises for a non-zero exit)."""
-    return run([*ssh_argv(address), command], timeout=timeout, check=False, input=stdin)
-
-
-def load_up() -> LabState:
-    st = state.load()
-    if st is None:
-        raise LabError("no lab is up: start one with `python3 -m lab up --hosts 3`")
-    return st
 
 
 def _leftovers() -> list[str]:
@@ -113,8 +89,8 @@ def up(opts: UpOptions) -> LabState:
             _teardown(st)
             raise
         admin = f" and {config.ADMIN_HOST}" if opts.admin else ""
-        say(f"lab is up: {plural(opts.hosts, 'host')}{admin} in {fmt_duration(time.monotonic() - begin)}; "
-            f"inventory {os.path.relpath(config.INVENTORY)}; try `python3 -m lab ssh node01`")
+        say(f"hosts up: {plural(opts.hosts, 'host')}{admin} in {fmt_duration(time.monotonic() - begin)}; "
+            f"inventory {os.path.relpath(config.INVENTORY)}")
         return st
 
 
@@ -214,8 +190,6 @@ def _teardown(st: LabState | None) -> int:
         net.delete_netns(ns)
     if st and procs.is_lab_process(st.proxy_pid):
         procs.end([st.proxy_pid])  # type: ignore[list-item]
-    from lab import slurm  # slurm imports this module
-
     slurm.stop(st)
     procs.end(procs.tagged(), grace=2.0)
     for link in net.list_links():
@@ -239,7 +213,7 @@ def status() -> tuple[int, list[dict]]:
     """(exit code, one row per host): 0 every host runs and answers SSH (unless a fault says
     otherwise), 1 something is not as expected."""
     require_root()
-    st = load_up()
+    st = state.load_up()
     rows = []
     healthy = st.phase == "up" and procs.is_lab_process(st.proxy_pid)
     for h in st.hosts:
@@ -268,7 +242,7 @@ FAULT_KINDS = ("down", "up", "hang", "scenario", "drift")
 def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None) -> str:
     require_root()
     with state.locked():
-        st = load_up()
+        st = state.load_up()
         h = st.host(name)
         if h.role != "node" and kind in ("hang", "scenario"):
             raise LabError(f"{h.name} is the {h.role} node: it has no simulated GPUs to fault")

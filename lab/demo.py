@@ -7,7 +7,8 @@ image, so only what belongs to this cluster changes: its known_hosts, an agent n
 stages) through Slurm (--launcher slurm: the node checks with one srun, the MPI and smoke-training jobs as
 Slurm jobs) with --drain: the faulty host is drained in the lab's Slurm (admin01 runs slurmctld) with its
 `gpucheck:` reason; then it is repaired and its Slurm health check (gpucheck node --slurm) resumes it;
-5. print where the report is and which host is faulty;  6. `down` (unless --keep).
+5. print where the report is and which host is faulty;  6. `down` (with --keep the lab stays up, and the
+command says last what to try on it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from lab import cluster, config, golden, slurm, state
+from lab import cluster, config, golden, slurm, ssh, state
 from lab.errors import EXIT_FAIL, EXIT_OK, LabError
 from lab.playbook import run_playbook
 from lab.progress import fmt_duration, say, step
@@ -132,8 +133,8 @@ def _slurm_story(faulty: str, env: dict[str, str]) -> list[str]:
     Slurm's own HealthCheckProgram, and resumed by gpucheck."""
     lines = ["  Slurm after the validation (gpucheck cluster --drain):", _sinfo(env)]
     say(cluster.fault(faulty, "scenario", HEALTHY))
-    st = cluster.load_up()
-    check = cluster.ssh_run(st.host(faulty).address, "/usr/local/sbin/gpucheck-slurm-health", timeout=300)
+    st = state.load_up()
+    check = ssh.ssh_run(st.host(faulty).address, "/usr/local/sbin/gpucheck-slurm-health", timeout=300)
     said = [line for line in check.stderr.splitlines() if line.startswith("gpucheck: slurm:")]
     lines += [f"  {faulty} repaired (lab fault {faulty} scenario {HEALTHY}); its health check: "
               + (said[-1] if said else f"exit {check.returncode}, {check.stderr.strip()[-200:]}"), _sinfo(env)]
@@ -183,9 +184,7 @@ def run(playbook: Path, keep: bool = False, fault_scenario: str = "ecc-uncorrect
         print(f"faulty host: {', '.join(sorted(named)) or 'none found'}"
               + ("" if ok else f"  (expected {faulty} only: the demo did NOT come out as it should)"))
     finally:
-        if keep:
-            say("--keep: the lab stays up (`python3 -m lab down` removes it)")
-        else:
+        if not keep:  # with --keep, `python3 -m lab demo` says what to try on the lab it leaves up, last
             say(cluster.down())
     say(f"demo finished in {fmt_duration(time.monotonic() - begin)}")
     return EXIT_OK if ok else EXIT_FAIL

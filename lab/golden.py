@@ -29,6 +29,22 @@ HOST_ONLY = (
 SCRATCH = ("root/.ansible", "root/.cache", "tmp", "var/tmp")
 
 
+def build_log(key: str) -> Path:
+    """Where the build of image `key` writes ansible-playbook's output as it runs (`tail -f` it), and where it
+    stays: after a failure, a success and any later run, the path the build printed is where the log is (kept
+    with the images, outside the image itself; removed when its image is pruned)."""
+    return config.CACHE_DIR / "logs" / f"golden-{key}.log"
+
+
+def log_of(key: str) -> Path | None:
+    """The log of the build that made image `key`, where it still exists (images built before the logs had
+    their own folder keep theirs inside the image)."""
+    for path in (build_log(key), images.golden_dir(key) / "playbook.log"):
+        if path.is_file():
+            return path
+    return None
+
+
 def clean_layer(upper: Path) -> None:
     """Remove from a build host's upper dir everything that belongs to that one host or run."""
     for pattern in ("etc/ssh/ssh_host_*",):
@@ -76,15 +92,18 @@ def build(playbook: Path, fresh: bool = False) -> str:
         raise LabError(f"no playbook at {playbook} (pass --playbook PATH)")
     key = images.golden_key(playbook)
     if images.find(playbook) and not fresh:
-        return f"{describe(key)} is up to date for {playbook.name}; `build --fresh` rebuilds it"
+        log = log_of(key)
+        return (f"{describe(key)} is up to date for {playbook.name}; `build --fresh` rebuilds it"
+                + (f"; its build's output: {log}" if log else ""))
     if state.load() is not None:
         raise LabError("a lab is up: the build needs a fresh host; run `python3 -m lab down` first")
     begin = time.monotonic()
-    log = config.CACHE_DIR / f"golden-{key}.log"
+    log = build_log(key)
+    log.parent.mkdir(parents=True, exist_ok=True)
     say(f"building the golden image for {playbook} (key {key}); a full site.yml can take many minutes")
     cluster.up(cluster.UpOptions(hosts=1, golden=False, playbook=playbook))
     try:
-        st = cluster.load_up()
+        st = state.load_up()
         with step(f"ansible-playbook {playbook.name} on {st.hosts[0].name}", f"task output in {log}"):
             code = run_playbook(playbook, log)
             if code != 0:
@@ -108,13 +127,12 @@ def build(playbook: Path, fresh: bool = False) -> str:
             (tmp / "meta.json").write_text(json.dumps({
                 "key": key, "playbook": str(playbook), "built_at": time.time(),
                 "build_seconds": round(time.monotonic() - begin, 1), "size_mb": int(size),
-                "base": st.lowers[-1],
+                "base": st.lowers[-1], "log": str(log),
             }, indent=2) + "\n")
-            shutil.move(log, tmp / "playbook.log")
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
-            images.prune(playbook, keep=key)
+            for old in images.prune(playbook, keep=key):
+                build_log(old).unlink(missing_ok=True)
     finally:
         say(cluster.down())
-    return (f"{describe(key)} is ready: `python3 -m lab up` hosts now start provisioned; the playbook's "
-            f"output: {images.golden_dir(key) / 'playbook.log'}")
+    return f"{describe(key)} is ready: `python3 -m lab up` hosts now start provisioned; the playbook's output: {log}"

@@ -10,7 +10,7 @@ import os
 import shutil
 import time
 
-from lab import cluster, config, procs, state
+from lab import config, procs, ssh, state
 from lab.errors import LabError
 
 SLURM_DIR = config.RUN_DIR / "slurm"
@@ -24,7 +24,7 @@ def admin_host(st: state.LabState) -> state.HostState:
 
 
 def fetch(admin: state.HostState, path: str) -> str:
-    done = cluster.ssh_run(admin.address, f"cat {path}", timeout=30)
+    done = ssh.ssh_run(admin.address, f"cat {path}", timeout=30)
     if done.returncode != 0:
         raise LabError(f"{admin.name} has no {path}: run `ansible-playbook -i inventory/lab site.yml --tags "
                        f"scheduler` first ({done.stderr.strip()[:200]})")
@@ -36,7 +36,7 @@ def client_env() -> dict[str, str]:
     if shutil.which("munged") is None and not os.path.exists("/usr/sbin/munged"):
         raise LabError("this machine has no munged: apt-get install munge slurm-client (lab/apt-packages.txt)")
     with state.locked():
-        st = cluster.load_up()
+        st = state.load_up()
         admin = admin_host(st)
         SLURM_DIR.mkdir(parents=True, exist_ok=True)
         SLURM_DIR.chmod(0o755)  # munge's socket lives here: any local user may ask it

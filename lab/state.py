@@ -96,3 +96,11 @@ def locked(path: Path = config.LOCK_FILE) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def load_up() -> LabState:
+    """The state of the lab that is up, or a LabError saying none is."""
+    st = load()
+    if st is None:
+        raise LabError("no lab is up: start one with `python3 -m lab up --hosts 3`")
+    return st

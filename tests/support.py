@@ -10,7 +10,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT.parent / "shared" / "fixtures" / "real"  # ../shared beside the clone, as in CI
+FIXTURES = ROOT / "tests" / "fixtures"  # real tool outputs, with their provenance: tests/fixtures/README.md
+REAL = FIXTURES / "real"  # published outputs (real/SOURCES.md)
+MEASURED = FIXTURES / "measured"  # measured for this project on an H100 and an H200 (a README.md in each)
 TEST_PROFILES = Path(__file__).resolve().parent / "profiles"
 
 

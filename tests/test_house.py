@@ -13,10 +13,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agent" / "gpucheck"
 MAX_LINES = 400
 
 # package (first name under gpucheck) -> the packages it may import. The foundation modules
-# (model, versions, files, process, config, profiles, skus, references, cli_types, netbench, slurm) import
+# (model, versions, files, process, config, profile_dirs, profiles, skus, references, cli_types, netbench, slurm) import
 # only each other; `main` is the one place that knows both command lines.
-FOUNDATION = {"model", "versions", "files", "process", "config", "profiles", "skus", "references", "netbench",
-              "slurm", "__init__"}
+FOUNDATION = {"model", "versions", "files", "process", "config", "profile_dirs", "profiles", "skus", "references",
+              "netbench", "slurm", "__init__"}
 MAY_IMPORT: dict[str, set[str]] = {
     **{name: FOUNDATION for name in FOUNDATION},
     "cli_types": FOUNDATION,
@@ -150,6 +150,92 @@ def test_file_is_small(module: str, path: Path):
     assert lines <= MAX_LINES, f"{module}: {lines} lines (split it by job; the house keeps files under {MAX_LINES})"
 
 
+# ---------------------------------------------------------------- no import circles
+
+LAB = Path(__file__).resolve().parents[1] / "lab"
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports, anywhere in it (in a function, under TYPE_CHECKING:
+    a circle there is still two modules that need each other). A package is its __init__."""
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        own = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = own.split(".")[: len(own.split(".")) - node.level + 1] if node.level else []
+                target = ".".join([*base, node.module] if node.module else base)
+                targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in files else target for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target not in files and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in files and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import each other, directly or round a loop (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+@pytest.mark.parametrize("root,package", [(PACKAGE, "gpucheck"), (LAB, "lab")], ids=["agent", "lab"])
+def test_no_import_circles(root: Path, package: str):
+    found = circles(import_graph(root, package))
+    assert not found, "modules that import each other (move what both need into a third):\n" + "\n".join(
+        " <-> ".join(group) for group in found)
+
+
+def test_a_circle_is_caught(tmp_path):
+    """A planted circle through a relative import, one through a lazy import and one of three modules."""
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("")
+    (tmp_path / "a.py").write_text("from .sub import b\n")
+    (tmp_path / "sub" / "b.py").write_text("def f():\n    from .. import a\n")
+    (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import x\n")
+    (tmp_path / "d.py").write_text("from .e import y\n")
+    (tmp_path / "e.py").write_text("import pkg.c\n")
+    (tmp_path / "ok.py").write_text("from . import a\nfrom .sub.b import f\n")
+    assert circles(import_graph(tmp_path, "pkg")) == [["pkg.a", "pkg.sub.b"], ["pkg.c", "pkg.d", "pkg.e"]]
+
+
 # ---------------------------------------------------------------- each fact in one place
 
 def outermost_literals(tree: ast.AST) -> Iterator[ast.AST]:
@@ -178,7 +264,7 @@ def places_listing(words: set[str], at_least: int) -> list[str]:
 
 
 def test_stage_names_are_listed_once():
-    from gpucheck.cluster.stages import STAGE_NAMES
+    from gpucheck.cluster.stages.order import STAGE_NAMES
 
     assert len(STAGE_NAMES) >= 6
     assert len(places_listing(set(STAGE_NAMES), 3)) == 1, places_listing(set(STAGE_NAMES), 3)
@@ -244,5 +330,5 @@ def test_one_atomic_writer():
 
 def test_one_remote_timeout_wrapper_and_one_tail():
     wrappers = functions_with(lambda f: any("timeout -k" in c for c in constants(f)))
-    assert wrappers == ["gpucheck.cluster.ssh.limited"]
-    assert functions_with(lambda f: f.name == "tail") == ["gpucheck.cluster.ssh.tail"]
+    assert wrappers == ["gpucheck.cluster.ssh.client.limited"]
+    assert functions_with(lambda f: f.name == "tail") == ["gpucheck.cluster.ssh.result.tail"]

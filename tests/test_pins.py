@@ -9,7 +9,7 @@ import pytest
 
 from gpucheck import config
 from gpucheck.model import Status
-from gpucheck.node import pins
+from gpucheck.node.stack import pins
 from gpucheck.profiles import Profile
 
 ANY = Profile("any", None, {})

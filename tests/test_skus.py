@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from gpucheck import profiles, skus
-from support import REAL, ROOT, run_gpucheck
+from support import FIXTURES, ROOT, run_gpucheck
 
-SHARED = REAL.parent  # ../shared/fixtures
-MEASURED = SHARED / "measured" / "h100-sxm-80gb-driver580"
+MEASURED = FIXTURES / "measured" / "h100-sxm-80gb-driver580"
 TABLE = ROOT / "checks" / skus.SKU_TABLE_FILE
 SYSTEM_TABLE = Path("/etc/gpucheck/checks") / skus.SKU_TABLE_FILE  # searched before the package's own
 
@@ -167,9 +166,9 @@ def test_h100_sxm5_figures_are_the_measured_readme_data_sheet_column(table):
 # ------------------------------------------------------------------ real nvidia-smi outputs
 
 def smi_gpus() -> list[dict]:
-    """Every GPU in the nvidia-smi outputs under ../shared/fixtures: name, PCI device id, what NVML said."""
+    """Every GPU in the nvidia-smi outputs under tests/fixtures: name, PCI device id, what NVML said."""
     found = []
-    for path in sorted(SHARED.rglob("*.xml")):
+    for path in sorted(FIXTURES.rglob("*.xml")):
         for gpu in ET.parse(path).getroot().iter("gpu"):
             link = gpu.find("pci/pci_gpu_link_info/pcie_gen")
             width = gpu.findtext("pci/pci_gpu_link_info/link_widths/max_link_width") or ""
@@ -179,7 +178,7 @@ def smi_gpus() -> list[dict]:
                           "memory_MiB": int(gpu.findtext("fb_memory_usage/total").split()[0]),
                           "pcie_gen": int(link.findtext("max_link_gen")), "pcie_width": int(width.rstrip("x")),
                           "power_W": float((power.findtext("default_power_limit") or "0 W").split()[0])})
-    for path in sorted(SHARED.rglob("*.txt")):  # nvidia-smi -q text outputs
+    for path in sorted(FIXTURES.rglob("*.txt")):  # nvidia-smi -q text outputs
         text = path.read_text()
         name, device = re.search(r"Product Name\s*:\s*(.+)", text), re.search(r"Device Id\s*:\s*(\S+)", text)
         if not (name and device):
@@ -228,7 +227,7 @@ def test_cuda_device_names_in_nccl_tests_logs_match_by_name(table):
     """nccl-tests prints CUDA's device name, which is NVML's: the A100 40GB and RTX 2080 Ti logs have no
     nvidia-smi output beside them. A GH200 is not in the table."""
     names = set()
-    for path in sorted(SHARED.rglob("*")):
+    for path in sorted(FIXTURES.rglob("*")):
         if path.is_file() and path.suffix in ("", ".txt", ".log"):
             names |= set(re.findall(r"Rank +\d+ .*device +\d+ +\[[^\]]*\] +(.+?)\s*$",
                                     path.read_text(errors="replace"), re.M))

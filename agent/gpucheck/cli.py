@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config, netbench, profiles
-from .cli_types import Bounded, Parser, fail, port, seconds
+from .cli_types import EXIT_CODES_HELP, Bounded, Parser, fail, port, seconds
 from .files import write_atomically
 from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from .node.kernel_log import XID_LOOKBACK_S
@@ -24,10 +24,8 @@ SLURM_DEADLINE_S = 60.0  # LBNL NHC's default timeout for a health check run by 
 burn_seconds = Bounded(float, "a number of seconds", 1, 24 * 3600, low_included=True, high_note=" (one day)",
                        limits="seconds, 1 to 86400 = one day")
 
-EPILOG = """\
-exit codes (Nagios/Slurm convention): 0 all pass, 1 warnings only, 2 at least one failure,
-3 could not run (bad input, or a check that could not run and no failure). An internal error is one line
-and exit 3; GPUCHECK_DEBUG=1 adds its traceback.
+# `gpucheck node --help`: its exit codes, examples and --slurm. The overview of every command is gpucheck.main's.
+EPILOG = EXIT_CODES_HELP + """
 
 examples:
   gpucheck node                          check this machine with the auto-selected profile
@@ -37,8 +35,6 @@ examples:
                                          a ten-minute burn (--bench-timeout must leave room for it)
   gpucheck node --only gpu --format json --output /var/lib/gpucheck/node.json
   gpucheck node --profile dgx-h100 --skip gpu.xid
-  gpucheck parse nccl-tests all_reduce.log    read a log you already have
-  gpucheck profiles                      which profiles exist, which one this node gets
   gpucheck node --slurm                  as Slurm's HealthCheckProgram, prolog or epilog: drain on a failure
                                          with a `gpucheck:` reason, resume only gpucheck's own drains
 
@@ -60,7 +56,7 @@ def output_path(text: str) -> str:
 def add_parsers(sub: Any) -> None:
     """Register node, parse, profiles, checks and net under the top-level parser's subcommands."""
     from .parsers import PARSERS
-    from .report import FORMATS
+    from .report.node import FORMATS
 
     node = sub.add_parser("node", help="check this machine", epilog=EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -112,23 +108,31 @@ def add_parsers(sub: Any) -> None:
     parse.add_argument("file", metavar="FILE", help=f"the file to read, - for standard input (at most "
                        f"{MAX_PARSE_INPUT_B // 2**20} MiB)")
 
-    prof = sub.add_parser("profiles", help="list profiles and which one this node would get")
+    prof = sub.add_parser("profiles", help="list profiles and which one this node would get",
+                          description="List the profiles (what healthy looks like for one kind of node), each with "
+                                      "its description and file, and mark the one `gpucheck node` would judge this "
+                                      "node against.")
     prof.add_argument("--profiles-dir", metavar="DIR", help="look here first")
     prof.add_argument("--no-detect", action="store_true", help="only list them: do not work out which one this "
                       "node gets (node.yaml's, else the one matching the GPUs NVML reports)")
 
-    sub.add_parser("checks", help="list every check id and what it verifies")
+    sub.add_parser("checks", help="list every check id and what it verifies",
+                   description="List every check of `gpucheck node`: its id and what it verifies; [--full] marks "
+                               "those that run only under --full or when named in --only.")
 
     net = sub.add_parser("net", help="TCP bandwidth between two nodes (used by gpucheck cluster)",
                          description="Run `serve` on one node, then `send` on another; the receiver prints "
                                      "the bandwidth as JSON.")
     net_sub = net.add_subparsers(dest="net_command", metavar="ACTION", required=True, parser_class=Parser)
-    serve = net_sub.add_parser("serve", help="receive one stream and print its bandwidth")
+    serve = net_sub.add_parser("serve", help="receive one stream and print its bandwidth",
+                               description="Wait for one `gpucheck net send`, receive its stream and print the "
+                                           "bandwidth as JSON.")
     serve.add_argument("--port", type=port, default=netbench.DEFAULT_PORT, help="TCP port (default: %(default)s)")
     serve.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS",
                        help="give up when no sender connects within this time")
-    send = net_sub.add_parser("send", help="stream to a node running `gpucheck net serve`")
-    send.add_argument("host")
+    send = net_sub.add_parser("send", help="stream to a node running `gpucheck net serve`",
+                              description="Stream to HOST, which runs `gpucheck net serve`, for --seconds.")
+    send.add_argument("host", metavar="HOST", help="the node running `gpucheck net serve`")
     send.add_argument("--port", type=port, default=netbench.DEFAULT_PORT, help="TCP port (default: %(default)s)")
     send.add_argument("--seconds", type=seconds, default=3.0, help="how long to stream (default: %(default)g)")
 
@@ -157,7 +161,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 def node_report(args: argparse.Namespace) -> int:
     from .node.kernel_log import remember_clean_run
     from .node.pipeline import Options, UsageError, run_node
-    from .report import render
+    from .report.node import render
 
     if args.slurm and args.full:
         fail("--slurm runs the passive checks within Slurm's health-check time; the burn-in (--full) takes "

@@ -13,11 +13,19 @@ import os
 import re
 import select
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .model import EXIT_UNKNOWN
+
+# The exit codes both command lines' --help state (the Nagios/Slurm convention: model.exit_code).
+EXIT_CODES_HELP = """\
+exit codes (Nagios/Slurm convention): 0 all pass, 1 warnings only, 2 at least one failure,
+3 could not run (bad input, or a check that could not run and no failure). An internal error is one line
+and exit 3; GPUCHECK_DEBUG=1 adds its traceback.
+"""
 
 MAX_SECONDS = 7 * 24 * 3600  # one week: longer than any probe, benchmark, host or stage should ever take
 MIN_SECONDS = 0.001  # below a millisecond a limit is no limit (`timeout 1e-320` means "never")
@@ -29,12 +37,73 @@ DEBUG_VARIABLE = "GPUCHECK_DEBUG"  # set (not 0): an internal error also prints 
 
 
 class LimitsInHelp(argparse.HelpFormatter):
-    """Adds an option type's `limits` to the option's help, so --help says what the parser enforces."""
+    """Adds an option type's `limits` to the option's help, so --help says what the parser enforces; and wraps
+    text at spaces only, to the terminal's width: a word, a path or a list like `a,b,c` is never broken (argparse's
+    own wrapping breaks long words and splits at hyphens: `all-` / `reduce`); a word longer than the width makes
+    its line longer instead. Under RawDescriptionHelpFormatter, a paragraph of a description or epilog whose
+    lines all start at the margin is prose, filled to the width like the rest; one with indented lines (examples
+    in columns) keeps its layout, a line too long for the width wrapped within its column (see `table`)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         limits = getattr(action.type, "limits", None)
         return f"{text} ({limits})" if text and limits else text
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        if isinstance(self, argparse.RawTextHelpFormatter):
+            return super()._split_lines(text, width)
+        return whole_words(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if not isinstance(self, argparse.RawDescriptionHelpFormatter):
+            return "\n".join(indent + line for line in whole_words(text, width - len(indent)))
+        if isinstance(self, argparse.RawTextHelpFormatter):
+            return super()._fill_text(text, width, indent)
+        paragraphs = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            lines = paragraph.splitlines()
+            if all(line[:1].strip() for line in lines):  # prose
+                lines = whole_words(paragraph, width - len(indent))
+            else:
+                lines = table(lines, width - len(indent))
+            paragraphs.append("\n".join(indent + line for line in lines))
+        return "\n\n".join(paragraphs)
+
+
+def whole_words(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    """Text as lines of at most `width` characters, broken at spaces only: the first line after `first`, the
+    others after `rest` (default: as many spaces)."""
+    rest = " " * len(first) if rest is None else rest
+    return textwrap.wrap(" ".join(text.split()), max(width, len(first) + 1, len(rest) + 1), initial_indent=first,
+                         subsequent_indent=rest, break_long_words=False, break_on_hyphens=False)
+
+
+TWO_COLUMNS = re.compile(r"(\s+\S.*?\s{2,})(\S.*)")  # "  gpucheck node --full      what it does"
+MIN_COLUMN = 20  # narrower than this, a description is not worth its own column
+
+
+def table(lines: list[str], width: int) -> list[str]:
+    """Indented lines (examples: a command, two spaces or more, what it does) within `width`: a description
+    wrapped in its own column, or under its command where the column would be narrower than MIN_COLUMN; a
+    command too long goes on, indented 2 more; a line indented deeper than the commands (a description that
+    goes on) stays in its column."""
+    base = min((len(line) - len(line.lstrip()) for line in lines if line[:1].isspace() and line.strip()), default=0)
+    under = " " * (base + 6)  # a description with no room for its column
+    out: list[str] = []
+    for line in lines:
+        indent = line[:len(line) - len(line.lstrip())]
+        columns = TWO_COLUMNS.fullmatch(line)
+        if len(line) <= width:
+            out.append(line)
+        elif len(indent) > base:  # what a description above says, going on
+            out += whole_words(line, width, indent if width - len(indent) >= MIN_COLUMN else under)
+        elif not columns:
+            out += whole_words(line, width, indent, indent + "  ")
+        elif width - len(columns[1]) >= MIN_COLUMN:
+            out += whole_words(columns[2], width, columns[1])
+        else:
+            out += whole_words(columns[1], width, indent, indent + "  ") + whole_words(columns[2], width, under)
+    return out
 
 
 class Parser(argparse.ArgumentParser):

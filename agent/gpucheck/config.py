@@ -8,7 +8,7 @@ guarded YAML reader it shares with the profiles.
       tf-horovod: {python: /opt/stacks/tf-horovod/bin/python, frameworks: [tensorflow, horovod],
                    pins: {tensorflow: "2.15.1", horovod: "0.28.1"}}
 
-A pin is an exact version or a glob ("535.*"); an empty or absent one pins nothing. node/pins.py enforces them.
+A pin is an exact version or a glob ("535.*"); an empty or absent one pins nothing. node/stack/pins.py enforces them.
 """
 
 from __future__ import annotations

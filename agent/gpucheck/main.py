@@ -7,14 +7,30 @@ import argparse
 import sys
 
 from . import __version__, cli
-from .cli_types import Parser, guarded
+from .cli_types import EXIT_CODES_HELP, Parser, guarded
 from .cluster import cli as cluster_cli
 from .model import EXIT_UNKNOWN
 
+DESCRIPTION = "Prove that GPU servers are ready for distributed training."
+# `gpucheck --help` only: each command's --help has its own description, options, exit codes and examples.
+EPILOG = EXIT_CODES_HELP + """
+
+examples:
+  gpucheck node                          check this machine with the auto-selected profile
+  gpucheck node --full                   also run the GPU burn-in and the benchmarks (NCCL, ib_write_bw)
+  gpucheck node --slurm                  as Slurm's HealthCheckProgram, prolog or epilog
+  gpucheck cluster -i inventory/prod     every node of the inventory, then the cluster-wide stages; a report
+  gpucheck parse nccl-tests all_reduce.log    read a log you already have
+  gpucheck profiles                      which profiles exist, which one this node gets
+  gpucheck checks                        every check id and what it verifies
+
+Each command's description, options, exit codes and examples: gpucheck COMMAND --help
+"""
+
 
 def build_parser() -> Parser:
-    parser = Parser(prog="gpucheck", description="Prove that GPU servers are ready for distributed training.",
-                    epilog=cli.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="gpucheck", description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gpucheck {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     cli.add_parsers(sub)

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import KNOWN_FRAMEWORKS, read_yaml_file
+from .profile_dirs import SKU_TABLE_FILE, search_dirs
+from .skus import DTYPES
 
 DEFAULT_PROFILE = "generic"
 
@@ -102,7 +104,7 @@ TOP_LEVEL = {"name", "description", "inherits", *SCHEMA}
 TEXT_KEYS = ("name", "description", "inherits")
 
 # The names a profile's lists may hold. The node checks use these names; each is defined here once.
-LIBRARY_NAMES = ("cudart", "cudnn", "nccl", "mpi")  # node/known_libraries.py says how each is found
+LIBRARY_NAMES = ("cudart", "cudnn", "nccl", "mpi")  # node/stack/known_libraries.py says how each is found
 # nvmlClocksEventReason* bits 0..8 in order (nvml.h); node/nvml.py decodes the mask with these names.
 CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
                        "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
@@ -114,10 +116,7 @@ HOROVOD_OPERATIONS = ("nccl", "mpi", "gloo", "ddl", "ccl", "mlsl")
 
 
 def gemm_dtype_names() -> tuple[str, ...]:
-    """The dtypes a SKU may state a peak for: skus.DTYPES, looked up when a profile is checked (skus imports
-    this module, so it cannot be imported at the top)."""
-    from .skus import DTYPES
-
+    """The dtypes a SKU may state a peak for: skus.DTYPES."""
     return DTYPES
 
 
@@ -171,20 +170,6 @@ class Profile:
     @property
     def description(self) -> str:
         return str(self.data.get("description", ""))
-
-
-def search_dirs(extra: str | os.PathLike | None = None) -> list[Path]:
-    """Where profiles are looked up, first match wins."""
-    dirs = [Path(extra)] if extra else []
-    env = os.environ.get("GPUCHECK_PROFILES_DIR")
-    if env:
-        dirs.append(Path(env))
-    dirs.append(Path("/etc/gpucheck/checks"))
-    dirs.append(Path(__file__).resolve().parent / "checks")  # shipped with the package
-    return dirs
-
-
-SKU_TABLE_FILE = "gpus.yaml"  # the GPU SKU table beside the profiles (skus.py), not a profile
 
 
 def available(extra_dir: str | os.PathLike | None = None) -> dict[str, Path]:

@@ -3,7 +3,7 @@
 One job: load the table and match a GPU to an entry, first by its PCI device id, then by the name NVML
 reports. The active checks judge a GPU against its SKU's figures (a profile states fractions of them); a
 GPU no entry matches (`match` gives None) is measured and reported, not judged. The table sits beside the
-profiles: the first gpus.yaml in the profile search directories (profiles.search_dirs) is the table, so a
+profiles: the first gpus.yaml in the profile search directories (profile_dirs.search_dirs) is the table, so a
 site extends it the way it overrides a profile. A file a site edits is input: whatever it holds, loading it
 ends quickly with a table or a one-line SkuError naming the file, the SKU and the key.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import read_yaml_file
-from .profiles import SKU_TABLE_FILE, search_dirs
+from .profile_dirs import SKU_TABLE_FILE, search_dirs
 
 # The dtypes a SKU may state a peak for (checks/gpus.yaml says which unit each means).
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp64")

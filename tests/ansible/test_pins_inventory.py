@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gpucheck import config, profiles
-from gpucheck.node.pins import matches
+from gpucheck.node.stack.pins import matches
 from gpucheck.versions import version_tuple
 
 REPO = Path(__file__).resolve().parents[2]

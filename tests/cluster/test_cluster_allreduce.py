@@ -1,7 +1,7 @@
 """The all-reduce stage's threshold: across nodes the inter-node minimum
 (bandwidth.nccl_allreduce_internode_busbw_GBps_min) judges it, the node's own intra-node minimum only when the
 profile has no inter-node one, and the reason says which. The run is the real 2-node, 16-GPU H100 nccl-tests
-output (shared/fixtures/real/nccl-tests: 338.82 GB/s bus bandwidth at 8 GiB) answered by a fake RemoteHosts."""
+output (tests/fixtures/real/nccl-tests: 338.82 GB/s bus bandwidth at 8 GiB) answered by a fake RemoteHosts."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from gpucheck.cluster import allreduce
 from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
-from gpucheck.cluster.ssh import Remote
+from gpucheck.cluster.ssh.result import Remote
+from gpucheck.cluster.stages import allreduce
 from gpucheck.model import Status
 from support import REAL
 

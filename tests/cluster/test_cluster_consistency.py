@@ -6,7 +6,7 @@ import hashlib
 
 from cluster_helpers import node_report
 
-from gpucheck.cluster.consistency import compare, required_libraries
+from gpucheck.cluster.stages.consistency import compare, required_libraries
 from gpucheck.model import Status
 
 
@@ -131,9 +131,9 @@ def test_only_the_nodes_whose_profile_requires_the_library_are_blamed() -> None:
 
 def test_the_consistency_stage_reads_each_nodes_required_libraries_from_its_report() -> None:
     from gpucheck.cluster import handoff
-    from gpucheck.cluster.consistency import consistency_stage
     from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
     from gpucheck.cluster.inventory import Host, Inventory
+    from gpucheck.cluster.stages.consistency import consistency_stage
 
     names = ["node01", "node02"]
     hosts = [Host(n, "127.0.0.1", 2200 + i, "root", None, (), True) for i, n in enumerate(names)]
@@ -230,9 +230,10 @@ def test_sdc_nothing_when_no_node_ran_the_burn_in() -> None:
 
 
 def test_sdc_the_odd_node_is_drained_by_the_consistency_stage() -> None:
-    from gpucheck.cluster import handoff, stages
+    from gpucheck.cluster import handoff
     from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
     from gpucheck.cluster.inventory import Host, Inventory
+    from gpucheck.cluster.stages import order as stages
 
     names = ["node01", "node02", "node03"]
     hosts = [Host(n, "127.0.0.1", 2200 + i, "root", None, (), True) for i, n in enumerate(names)]

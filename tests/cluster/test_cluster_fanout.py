@@ -21,9 +21,10 @@ from cluster_helpers import (
     write_inventory,
 )
 
-from gpucheck.cluster import fanout, ssh
+from gpucheck.cluster import fanout
 from gpucheck.cluster.context import Options
 from gpucheck.cluster.inventory import load
+from gpucheck.cluster.ssh import client as ssh
 from gpucheck.model import Status
 from gpucheck.report.cluster import FILES
 
@@ -280,7 +281,7 @@ def test_connect_errors_of_our_own_are_classified() -> None:
     from paramiko.ssh_exception import ProxyCommandFailure
 
     from gpucheck.cluster.inventory import Host
-    from gpucheck.cluster.ssh_connect import KeyFileUnreadable, NoBanner
+    from gpucheck.cluster.ssh.connect import KeyFileUnreadable, NoBanner
 
     host = Host("n1", "n1.example", 22, "root", "/k", ("/k",), True)
     assert ssh.classify_connect_error(host, KeyFileUnreadable("/k", "Permission denied"), 10) == (
@@ -358,7 +359,7 @@ def test_a_report_of_the_wrong_shape_says_what_is_wrong(change, problem) -> None
 
 
 def test_bounded_output_keeps_the_head_and_the_tail() -> None:
-    from gpucheck.cluster.ssh_output import Bounded
+    from gpucheck.cluster.ssh.output import Bounded
 
     kept = Bounded(tail_chars=100, head_chars=10)
     for i in range(1000):

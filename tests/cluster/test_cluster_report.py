@@ -12,16 +12,17 @@ import pytest
 from cluster_helpers import node_report
 
 from gpucheck import files
-from gpucheck.cluster import handoff, stages
+from gpucheck.cluster import handoff
 from gpucheck.cluster.context import ClusterContext, ClusterResult, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
+from gpucheck.cluster.stages import order as stages
 from gpucheck.model import Status
-from gpucheck.report import writer
-from gpucheck.report.cluster_drain import render_drain
-from gpucheck.report.cluster_html import render_html
-from gpucheck.report.cluster_junit import render_junit
-from gpucheck.report.cluster_markdown import render_markdown
-from gpucheck.report.cluster_summary import render_summary
+from gpucheck.report.cluster import writer
+from gpucheck.report.cluster.drain import render_drain
+from gpucheck.report.cluster.html import render_html
+from gpucheck.report.cluster.junit import render_junit
+from gpucheck.report.cluster.markdown import render_markdown
+from gpucheck.report.cluster.summary import render_summary
 
 
 def context(n: int = 4) -> ClusterContext:
@@ -290,13 +291,13 @@ SECRET_CASES = [
 
 @pytest.mark.parametrize(("text", "secret", "written"), SECRET_CASES)
 def test_redact_removes_each_kind_of_secret(text: str, secret: str, written: str) -> None:
-    from gpucheck.report.cluster_redact import redact
+    from gpucheck.report.cluster.redact import redact
 
     assert redact(text) == written and secret not in redact(text)
 
 
 def test_redact_leaves_ordinary_text_alone() -> None:
-    from gpucheck.report.cluster_redact import redact
+    from gpucheck.report.cluster.redact import redact
 
     for text in ("sudo: a password is required", "https://github.com/x/y.git", "node01 passes 3 checks",
                  "unreachable: 10.0.0.1:22: connection refused", "the proxy command to h:22 failed: exit 1"):

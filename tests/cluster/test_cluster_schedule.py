@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from gpucheck.cluster.schedule import blame, disjoint_rounds, pair, round_robin, sample, suspects
+from gpucheck.cluster.stages.schedule import blame, disjoint_rounds, pair, round_robin, sample, suspects
 
 
 def names(n: int) -> list[str]:

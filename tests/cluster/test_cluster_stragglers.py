@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cluster_helpers import node_report
 
-from gpucheck.cluster.stragglers import find, node_figures
+from gpucheck.cluster.stages.stragglers import find, node_figures
 from gpucheck.model import Status
 
 

@@ -14,7 +14,7 @@ import pytest
 from cluster_helpers import LoopbackSshd, load_report, node_report, run_cluster, write_inventory
 
 import slurmkit
-from gpucheck.cluster import slurm_fanout, srun
+from gpucheck.cluster.slurm import fanout, srun
 from gpucheck.model import Status
 
 # The agent a task runs: srun's tasks have SLURMD_NODENAME, SSH's have SSH_CONNECTION (the sshd's dispatch).
@@ -141,7 +141,7 @@ def test_srun_gives_each_task_its_lines_whole_and_sends_a_file_to_every_task(slu
 
 def test_outcome_without_an_exit_status_is_an_error_naming_what_srun_said() -> None:
     said = "srun: error: gpu-a: task 0: Killed\nsrun: Job step aborted"
-    got = slurm_fanout.outcome("gpu-a", srun.Task("gpu-a", '{"partial'), 60, 3.0, said)
+    got = fanout.outcome("gpu-a", srun.Task("gpu-a", '{"partial'), 60, 3.0, said)
     assert got.status == Status.ERROR and got.kind == "slurm" and got.via == "srun"
     assert "no report through srun" in got.reason and "task 0: Killed" in got.reason
 
@@ -185,7 +185,7 @@ def test_each_task_takes_its_own_variables_by_its_slurm_rank() -> None:
     """tf-ps under Slurm: one srun, each task its TF_CONFIG (JSON, quotes and spaces), the ps without a GPU."""
     import subprocess
 
-    from gpucheck.cluster import slurm_jobs
+    from gpucheck.cluster.slurm import jobs as slurm_jobs
 
     envs = [{"TF_CONFIG": '{"task": {"type": "ps", "index": 0}}', "CUDA_VISIBLE_DEVICES": ""},
             {"TF_CONFIG": '{"task": {"type": "chief", "index": 0}}'}]
@@ -213,7 +213,7 @@ def test_only_idle_nodes_go_through_srun_the_others_say_why() -> None:
     states = {n: slurm.NodeState(n, s, r, "gpu:8") for n, s, r in (
         ("a", "IDLE", ""), ("b", "IDLE+DRAIN", "gpucheck: gpu.ecc_errors"), ("c", "MIXED", ""), ("gpu-d", "IDLE", ""),
         ("e", "DOWN*", "Not responding"))}
-    plan = slurm_fanout.split([host("a"), host("b"), host("c"), host("d", slurm_node_name="gpu-d"), host("e"),
+    plan = fanout.split([host("a"), host("b"), host("c"), host("d", slurm_node_name="gpu-d"), host("e"),
                                host("f")], states)
     assert [h.name for h in plan.srun] == ["a", "d"]
     assert plan.ssh == {"b": "IDLE+DRAIN in Slurm (gpucheck: gpu.ecc_errors)", "c": "MIXED in Slurm",

@@ -19,7 +19,7 @@ from typing import Any
 from gpucheck import profiles
 from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
-from gpucheck.cluster.ssh import Remote
+from gpucheck.cluster.ssh.result import Remote
 from gpucheck.model import Status
 
 ROOT = Path(__file__).resolve().parents[2]

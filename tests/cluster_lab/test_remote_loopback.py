@@ -1,4 +1,4 @@
-"""cluster/ssh.py and the network stage over a real sshd on 127.0.0.1 (tests/cluster's LoopbackSshd):
+"""cluster/ssh/client.py and the network stage over a real sshd on 127.0.0.1 (tests/cluster's LoopbackSshd):
 commands with timeouts that end on the node, background commands waited for and killed, file copies,
 and one real pair measured with `gpucheck net`; ssh_background.Background also on a fake channel.
 Nothing here touches any address but 127.0.0.1."""
@@ -16,9 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 from cluster_helpers import LoopbackSshd, alive, running_sshd  # noqa: E402
 from cluster_lab_helpers import ROOT, make_ctx  # noqa: E402
 
-from gpucheck.cluster import network, ssh, ssh_background  # noqa: E402
 from gpucheck.cluster.context import Options  # noqa: E402
 from gpucheck.cluster.inventory import Host  # noqa: E402
+from gpucheck.cluster.ssh import background as ssh_background  # noqa: E402
+from gpucheck.cluster.ssh import client as ssh  # noqa: E402
+from gpucheck.cluster.ssh.result import Remote  # noqa: E402
+from gpucheck.cluster.stages import network  # noqa: E402
 from gpucheck.model import Status  # noqa: E402
 
 
@@ -79,7 +82,7 @@ def test_stage_commands_meet_the_same_connect_failures_as_the_fan_out(sshd: Loop
 
 
 def test_a_command_that_prints_a_flood_keeps_its_head_and_tail(sshd: LoopbackSshd) -> None:
-    from gpucheck.cluster.ssh_output import HEAD_CHARS, STDOUT_TAIL_CHARS
+    from gpucheck.cluster.ssh.output import HEAD_CHARS, STDOUT_TAIL_CHARS
 
     flood = STDOUT_TAIL_CHARS + 4 * HEAD_CHARS
     done = ssh.run(host(sshd), Options(), f"echo first; head -c {flood} /dev/zero | tr '\\0' x; echo; echo last",
@@ -90,7 +93,7 @@ def test_a_command_that_prints_a_flood_keeps_its_head_and_tail(sshd: LoopbackSsh
 
 
 def test_a_command_that_never_started_answers_as_one_that_ended() -> None:
-    why = ssh.Remote("n1", "serve", error="n1: cannot start the command: SSHException: boom", kind="ssh")
+    why = Remote("n1", "serve", error="n1: cannot start the command: SSHException: boom", kind="ssh")
     bg = ssh_background.Background.not_started(why)
     assert not bg.wait_for("ready", 0.1) and bg.pid() is None and bg.text() == ""
     bg.kill()
@@ -117,7 +120,7 @@ def test_kill_waits_for_the_pid_line_that_stderr_brings_after_stdout() -> None:
             self.ran.append(cmd)
 
     conn = Conn()
-    bg = ssh_background.Background(ssh.Remote("n1", "serve"), 60, time.monotonic(), 8, conn, Channel())
+    bg = ssh_background.Background(Remote("n1", "serve"), 60, time.monotonic(), 8, conn, Channel())
     assert bg.wait_for("ready", 5)
     bg.kill()
     assert conn.ran and conn.ran[0].startswith("kill -TERM -- -4321")

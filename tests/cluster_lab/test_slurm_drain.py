@@ -1,4 +1,4 @@
-"""`gpucheck cluster --drain` (cluster/slurm_drain.py) against a real Slurm (tests/slurmkit.py): the report's drain
+"""`gpucheck cluster --drain` (cluster/slurm/drain.py) against a real Slurm (tests/slurmkit.py): the report's drain
 list drained with its `gpucheck:` reasons, a node that passed resumed only from gpucheck's own drain, an admin's
 drain and a node that could not be checked left alone, a node Slurm does not know one line of its own."""
 
@@ -11,7 +11,7 @@ from cluster_lab_helpers import make_ctx
 
 import slurmkit
 from gpucheck.cluster import handoff
-from gpucheck.cluster.slurm_drain import apply_drain
+from gpucheck.cluster.slurm.drain import apply_drain
 from gpucheck.model import Status
 
 OTHERS = ("gpu-b", "gpu-c", "gpu-d")

@@ -8,8 +8,9 @@ import shlex
 import pytest
 from cluster_lab_helpers import FakeRunner, good_rank, make_ctx, runner_for
 
-from gpucheck.cluster import allreduce, mpi, network, nodes, smoke
+from gpucheck.cluster import nodes
 from gpucheck.cluster.context import ClusterResult
+from gpucheck.cluster.stages import allreduce, mpi, network, smoke
 from gpucheck.model import Status
 from gpucheck.report import cluster as report
 
@@ -107,7 +108,7 @@ def test_a_pair_that_cannot_be_measured_is_an_error_never_a_slow_link() -> None:
             return False
 
         def finish(self, node: str, cmd: str, killed: bool):
-            from gpucheck.cluster.ssh import Remote
+            from gpucheck.cluster.ssh.result import Remote
             return Remote(node, cmd, "", "gpucheck: error: net serve: Address already in use", 3)
 
     fake = NoServer({h.name: h.address for h in ctx.inventory.hosts})
@@ -371,7 +372,7 @@ def test_stage_options_parse_and_bad_ones_are_usage_errors(tmp_path) -> None:
     assert (args.framework, args.pair_seconds, args.pair_fraction, args.stage_timeout) == ("tf-ps", 1.5, 0.5, 90)
     default = build_parser().parse_args(["cluster"])
     assert default.stages is None  # every stage; an opt-in one (training on CPU ranks) only when named
-    from gpucheck.cluster.stages import STAGE_NAMES
+    from gpucheck.cluster.stages.order import STAGE_NAMES
     assert STAGE_NAMES == ("consistency", "network", "mpi", "allreduce", "smoke", "training", "stragglers")
     assert (default.framework, default.pair_fraction) == ("tf-horovod", 0.7)
     for bad in (["--stages", "nccl"], ["--pair-fraction", "1.5"], ["--framework", "mxnet"],
@@ -387,7 +388,7 @@ def test_the_command_line_defaults_are_the_options_defaults_and_name_every_stage
     from gpucheck.cluster import cli
     from gpucheck.cluster.context import Options
     from gpucheck.cluster.frameworks import FRAMEWORKS
-    from gpucheck.cluster.stages import STAGE_NAMES, STAGES
+    from gpucheck.cluster.stages.order import STAGE_NAMES, STAGES
     from gpucheck.main import build_parser
 
     args = vars(build_parser().parse_args(["cluster"]))

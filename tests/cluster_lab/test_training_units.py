@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from cluster_lab_helpers import make_ctx, runner_for
 
-from gpucheck.cluster import training, training_verdict
 from gpucheck.cluster.context import ClusterContext
+from gpucheck.cluster.stages import training, training_verdict
 from gpucheck.model import Status
-from gpucheck.report.cluster_markdown import render_markdown
+from gpucheck.report.cluster.markdown import render_markdown
 
 NODES = ["node01", "node02", "node03", "node04"]
 A100_40GB = "NVIDIA A100-SXM4-40GB"  # checks/gpus.yaml a100-sxm4-40gb: tf-horovod 2,375 images/s published

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpucheck import files
-from gpucheck.report import writer
+from gpucheck.report.cluster import writer
 from support import ROOT, run_gpucheck
 
 HOST_ONLY = ["node", "--only", "host", "--profile", "generic"]  # no GPU, no NVML, always runs

@@ -2,7 +2,7 @@
 
 They check what the fake cannot: the real kernels, cuBLAS's gemmEx calls, pinned copies, NCCL, NVML's real
 bus id. Reference: an H100 SXM measured 740 fp16 TFLOP/s, 3,026 GB/s copy, 54 GB/s host copies
-(../shared/fixtures/measured/h100-sxm-80gb-driver580/README.md); the bounds here only say "sane"."""
+(tests/fixtures/measured/h100-sxm-80gb-driver580/README.md); the bounds here only say "sane"."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The burn-in verdicts (gpu.gemm, gpu.memory_bandwidth, gpu.host_bandwidth, gpu.memtest, gpu.burn, gpu.sdc) on
-recorded worker results. The figures are the real H100 SXM5's (shared/fixtures/measured/h100-sxm-80gb-driver580/
+recorded worker results. The figures are the real H100 SXM5's (tests/fixtures/measured/h100-sxm-80gb-driver580/
 README.md), judged against the SKU table's h100-sxm5-80gb entry as `gpucheck node` finds it."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ import json
 import pytest
 
 from gpucheck.model import Status
-from gpucheck.node import Context, burnin, burnin_burn, burnin_verdicts
-from gpucheck.node.burnin_summary import summary
+from gpucheck.node import Context
+from gpucheck.node.burnin import burn_verdicts, speed_verdicts
+from gpucheck.node.burnin import checks as burnin
+from gpucheck.node.burnin.summary import summary
 from gpucheck.profiles import Profile, load
-from support import ROOT
+from support import FIXTURES
 
-MEASURED = ROOT.parent / "shared" / "fixtures" / "measured" / "h100-sxm-80gb-driver580"
+MEASURED = FIXTURES / "measured" / "h100-sxm-80gb-driver580"
 GENERIC = load("generic")
 GIB = 1024**3
 
@@ -81,38 +83,38 @@ def test_the_sku_collector_finds_the_measured_h100():
 
 def test_the_measured_h100_passes_every_burn_in_check():
     facts = node(2)
-    for evaluate in (burnin_verdicts.gemm, burnin_verdicts.memory_bandwidth, burnin_verdicts.host_bandwidth,
-                     burnin_verdicts.memtest, burnin_burn.burn, burnin_burn.sdc):
+    for evaluate in (speed_verdicts.gemm, speed_verdicts.memory_bandwidth, speed_verdicts.host_bandwidth,
+                     speed_verdicts.memtest, burn_verdicts.burn, burn_verdicts.sdc):
         result = evaluate(facts, GENERIC)
         assert result.status == Status.PASS, (evaluate.__name__, result.reason)
-    gemm = burnin_verdicts.gemm(facts, GENERIC)
+    gemm = speed_verdicts.gemm(facts, GENERIC)
     assert gemm.measured["GPU0"]["bf16_TFLOPS"] == 777.0 and gemm.measured["GPU1"]["fp64_TFLOPS"] == 55.4
     assert gemm.expected["bf16_TFLOPS"] == ">= 593 (0.6 x 989)"
     assert "lowest: GPU0 fp16_TFLOPS at 0.76 of the SKU's peak" in gemm.reason
-    host = burnin_verdicts.host_bandwidth(facts, GENERIC)
+    host = speed_verdicts.host_bandwidth(facts, GENERIC)
     assert host.expected == {"h2d_GBps": ">= 37.8 (0.6 x 63)", "d2h_GBps": ">= 37.8 (0.6 x 63)"}
-    burn = burnin_burn.burn(facts, GENERIC)
+    burn = burn_verdicts.burn(facts, GENERIC)
     assert burn.measured["GPU0"] == {"TFLOPS_min": 605.0, "TFLOPS_median": 680.0, "TFLOPS_max": 718.0,
                                      "sm_clock_MHz_min": 1095, "temperature_C_max": 80, "power_W_max": 701.0}
     assert "sw_power_cap seen" in burn.reason and "hottest 80 C" in burn.reason
 
 
 @pytest.mark.parametrize("evaluate,test,change,words", [
-    (burnin_verdicts.gemm, "gemm", lambda r: r["tflops"].update(bf16=500.0),
+    (speed_verdicts.gemm, "gemm", lambda r: r["tflops"].update(bf16=500.0),
      "bf16 500 TFLOP/s < 593 (0.6 x peak 989; 0.51 of it)"),
-    (burnin_verdicts.memory_bandwidth, "memory_bandwidth", lambda r: r.update(copy_GBps=2000.0),
+    (speed_verdicts.memory_bandwidth, "memory_bandwidth", lambda r: r.update(copy_GBps=2000.0),
      "copy 2000 GB/s < 2345 (0.7 x data sheet 3350"),
-    (burnin_verdicts.host_bandwidth, "host_bandwidth", lambda r: r.update(h2d_GBps=25.2),
+    (speed_verdicts.host_bandwidth, "host_bandwidth", lambda r: r.update(h2d_GBps=25.2),
      "h2d 25.2 GB/s < 37.8 (0.6 x PCIe Gen5 x16 (NVML's maximum) 63"),
-    (burnin_verdicts.memtest, "memtest",
+    (speed_verdicts.memtest, "memtest",
      lambda r: r.update(bad_words=3, bad_offsets=[0x1000, 0x2000, 0x3008], bad_by_pattern={"walking_ones": 3}),
      "3 bad words in 70.3 GiB tested (first at byte offsets 0x1000, 0x2000, 0x3008); by pattern: walking_ones 3"),
-    (burnin_burn.burn, "burn", lambda r: r["nvml"]["reasons_seen"].update(hw_slowdown=4), "hw_slowdown in 4 of 60"),
-    (burnin_burn.burn, "burn", lambda r: r["nvml"]["reasons_seen"].update(hw_power_brake_slowdown=1),
+    (burn_verdicts.burn, "burn", lambda r: r["nvml"]["reasons_seen"].update(hw_slowdown=4), "hw_slowdown in 4 of 60"),
+    (burn_verdicts.burn, "burn", lambda r: r["nvml"]["reasons_seen"].update(hw_power_brake_slowdown=1),
      "hw_power_brake_slowdown in 1 of 60"),
-    (burnin_burn.burn, "burn", lambda r: r["nvml"]["temperature_C"].update(max=91),
+    (burn_verdicts.burn, "burn", lambda r: r["nvml"]["temperature_C"].update(max=91),
      "hottest sample 91 C > 89 C (NVML's slowdown threshold)"),
-    (burnin_burn.burn, "burn", lambda r: r["tflops"].update(min=300.0),
+    (burn_verdicts.burn, "burn", lambda r: r["tflops"].update(min=300.0),
      "throughput collapsed: the lowest ~1 s window 300 TFLOP/s < 0.5 x the median 680 (0.44)"),
 ])
 def test_a_gpu_short_of_its_figure_fails_and_only_it_is_named(evaluate, test, change, words):
@@ -129,7 +131,7 @@ def test_an_xid_during_the_burn_fails_that_gpu():
     facts = node(2)
     xid = {"xid": 79, "pci": "0000:19:00", "severity": "fatal", "uptime_s": 5012.3, "message": "GPU has fallen off"}
     facts["gpuwork"]["xids_during"]["GPU1"] = [xid]
-    result = burnin_burn.burn(facts, GENERIC)
+    result = burn_verdicts.burn(facts, GENERIC)
     assert result.status == Status.FAIL and "GPU1 (00000000:19:00.0): Xid 79 logged during the run" in result.reason
     assert "GPU0" not in result.reason
 
@@ -140,23 +142,23 @@ def test_the_xid_of_our_own_kill_is_not_the_gpus_fault():
     work["results"].pop("burn")
     work.update(timed_out=True, not_finished={"burn": "not finished: killed at --bench-timeout (600 s) during burn"})
     facts["gpuwork"]["xids_during"]["GPU0"] = [{"xid": 45, "pci": "0000:18:00", "uptime_s": 900.0}]
-    result = burnin_burn.burn(facts, GENERIC)
+    result = burn_verdicts.burn(facts, GENERIC)
     assert result.status == Status.ERROR and "killed at --bench-timeout (600 s) during burn" in result.reason
-    assert burnin_verdicts.memtest(facts, GENERIC).status == Status.PASS  # delivered before the kill: still judged
+    assert speed_verdicts.memtest(facts, GENERIC).status == Status.PASS  # delivered before the kill: still judged
 
 
 def test_sw_power_cap_alone_passes_and_a_profile_may_fail_it():
     facts = node(1)
-    assert burnin_burn.burn(facts, GENERIC).status == Status.PASS
+    assert burn_verdicts.burn(facts, GENERIC).status == Status.PASS
     strict = Profile("strict", None, {"burnin": {"burn_reasons_fail": ["sw_power_cap"]}})
-    result = burnin_burn.burn(facts, strict)
+    result = burn_verdicts.burn(facts, strict)
     assert result.status == Status.FAIL and "sw_power_cap in 58 of 60 samples" in result.reason
 
 
 def test_the_profile_temperature_limit_wins_over_nvmls():
     facts = node(1)
     cool = Profile("cool", None, {"burnin": {"burn_temperature_C_max": 75}})
-    result = burnin_burn.burn(facts, cool)
+    result = burn_verdicts.burn(facts, cool)
     assert result.status == Status.FAIL
     assert "hottest sample 80 C > 75 C (burnin.burn_temperature_C_max)" in result.reason
 
@@ -164,23 +166,23 @@ def test_the_profile_temperature_limit_wins_over_nvmls():
 def test_a_burn_nvml_could_not_sample_is_judged_on_throughput_and_never_passes():
     facts = node(1)
     gpu_result(facts, "GPU0", "burn").update(nvml=None, samples=0, nvml_error="nvmlInit: NVML_ERROR_LIB_RM_VERSION")
-    result = burnin_burn.burn(facts, GENERIC)
+    result = burn_verdicts.burn(facts, GENERIC)
     assert result.status == Status.ERROR and "only the throughput was judged" in result.reason
     gpu_result(facts, "GPU0", "burn")["tflops"]["min"] = 100.0
-    assert burnin_burn.burn(facts, GENERIC).status == Status.FAIL
+    assert burn_verdicts.burn(facts, GENERIC).status == Status.FAIL
 
 
 def test_a_kernel_log_not_read_after_the_run_leaves_the_xids_unknown():
     facts = node(1)
     facts["gpuwork"]["xid_error"] = "the kernel log could not be read after the run: dmesg exited with 1"
-    result = burnin_burn.burn(facts, GENERIC)
+    result = burn_verdicts.burn(facts, GENERIC)
     assert result.status == Status.ERROR and "Xids during the run not known" in result.reason
 
 
 def test_memtest_that_covered_too_little_is_an_error_saying_how_much_was_free():
     facts = node(1)
     gpu_result(facts, "GPU0", "memtest").update(bytes_tested=20 * GIB, coverage=0.256)
-    result = burnin_verdicts.memtest(facts, GENERIC)
+    result = speed_verdicts.memtest(facts, GENERIC)
     assert result.status == Status.ERROR
     assert "could not test enough memory: 20.0 GiB of 78.1 GiB free (26% < 85%)" in result.reason
 
@@ -188,20 +190,20 @@ def test_memtest_that_covered_too_little_is_an_error_saying_how_much_was_free():
 def test_an_unknown_gpu_is_measured_not_judged():
     facts = node(1, name="NVIDIA Imaginary X1")
     assert facts["sku"]["gpus"]["GPU0"] is None
-    for evaluate in (burnin_verdicts.gemm, burnin_verdicts.memory_bandwidth):
+    for evaluate in (speed_verdicts.gemm, speed_verdicts.memory_bandwidth):
         result = evaluate(facts, GENERIC)
         assert result.status == Status.SKIP and result.measured["GPU0"]
         assert "measured, not judged: NVIDIA Imaginary X1 is not in the GPU SKU table (" in result.reason
         assert "checks/gpus.yaml)" in result.reason
     # the checks that need no data sheet still judge it
-    assert burnin_verdicts.host_bandwidth(facts, GENERIC).status == Status.PASS
-    assert burnin_burn.burn(facts, GENERIC).status == Status.PASS
+    assert speed_verdicts.host_bandwidth(facts, GENERIC).status == Status.PASS
+    assert burn_verdicts.burn(facts, GENERIC).status == Status.PASS
 
 
 def test_a_dtype_the_sku_has_no_figure_for_is_measured_not_judged():
     facts = node(1)
     facts["sku"]["gpus"]["GPU0"]["peak_TFLOPS"].pop("fp64")
-    result = burnin_verdicts.gemm(facts, GENERIC)
+    result = speed_verdicts.gemm(facts, GENERIC)
     assert result.status == Status.PASS and "fp64 measured, not judged" in result.reason
     assert result.measured["GPU0"]["fp64_TFLOPS"] == 55.4 and "fp64_TFLOPS" not in result.expected
 
@@ -211,14 +213,14 @@ def test_a_dtype_that_could_not_run_is_an_error():
     gemm = gpu_result(facts, "GPU0", "gemm")
     gemm["tflops"].pop("tf32")
     gemm["errors"] = {"tf32": "cublasGemmEx: CUBLAS_STATUS_NOT_SUPPORTED"}
-    result = burnin_verdicts.gemm(facts, GENERIC)
+    result = speed_verdicts.gemm(facts, GENERIC)
     assert result.status == Status.ERROR and "tf32 not measured: cublasGemmEx" in result.reason
 
 
 def test_a_broken_sku_table_is_an_error_not_an_unknown_gpu():
     facts = node(1)
     facts["sku"] = {"table": None, "error": "GPU SKU table x.yaml: bad", "gpus": {"GPU0": None}}
-    result = burnin_verdicts.gemm(facts, GENERIC)
+    result = speed_verdicts.gemm(facts, GENERIC)
     assert result.status == Status.ERROR and "the GPU SKU table could not be read" in result.reason
 
 
@@ -227,7 +229,7 @@ def test_a_worker_that_said_unavailable_is_one_error_for_all_its_checks():
     why = "no usable CUDA device: cudaErrorInsufficientDriver: CUDA driver version is insufficient"
     for work in facts["gpuwork"]["gpus"].values():
         work.update(unavailable=why, results={}, exit=3)
-    for evaluate in (burnin_verdicts.gemm, burnin_verdicts.memtest, burnin_burn.burn, burnin_burn.sdc):
+    for evaluate in (speed_verdicts.gemm, speed_verdicts.memtest, burn_verdicts.burn, burn_verdicts.sdc):
         result = evaluate(facts, GENERIC)
         assert result.status == Status.ERROR
         assert result.reason == f"GPU0 (00000000:18:00.0), GPU1 (00000000:19:00.0): {why}"
@@ -237,14 +239,14 @@ def test_a_fault_is_the_gpus_failure_and_a_test_error_is_an_error():
     facts = node(2)
     gpu_result(facts, "GPU0", "memtest").update(fault="cudaErrorECCUncorrectable: uncorrectable ECC error")
     gpu_result(facts, "GPU1", "memtest").update(error="out of memory: another process holds 70 GiB")
-    result = burnin_verdicts.memtest(facts, GENERIC)
+    result = speed_verdicts.memtest(facts, GENERIC)
     assert result.status == Status.FAIL
     assert "GPU0 (00000000:18:00.0): memtest failed: cudaErrorECCUncorrectable" in result.reason
     assert "GPU1 (00000000:19:00.0): memtest could not run: out of memory" in result.reason
 
 
 def test_sdc_on_one_gpu_is_left_to_the_cluster():
-    result = burnin_burn.sdc(node(1), GENERIC)
+    result = burn_verdicts.sdc(node(1), GENERIC)
     assert result.status == Status.SKIP and result.reason == "one GPU: gpucheck cluster compares it across nodes"
     assert result.measured == {"GPU0": {"checksum": "5f" * 8}}
 
@@ -252,7 +254,7 @@ def test_sdc_on_one_gpu_is_left_to_the_cluster():
 def test_sdc_names_the_gpu_whose_checksum_differs():
     facts = node(3)
     gpu_result(facts, "GPU1", "sdc")["checksum"] = "e3" * 32
-    result = burnin_burn.sdc(facts, GENERIC)
+    result = burn_verdicts.sdc(facts, GENERIC)
     assert result.status == Status.FAIL
     assert result.reason.startswith("GPU1 (00000000:19:00.0): checksum e3e3e3e3e3e3e3e3 differs from the 2 other")
     assert "GPU0" not in result.reason and "GPU2" not in result.reason
@@ -262,7 +264,7 @@ def test_sdc_compares_only_gpus_given_the_same_inputs():
     facts = node(2)
     shrunk = gpu_result(facts, "GPU1", "sdc")  # the worker shrank the GEMM on a GPU short of memory
     shrunk.update(n=2048, checksum="e3" * 32)
-    result = burnin_burn.sdc(facts, GENERIC)
+    result = burn_verdicts.sdc(facts, GENERIC)
     assert result.status == Status.SKIP and "FAIL" not in str(result.status)
     assert "not compared: no other h100-sxm5-80gb (n=2048, seed 1234) GPU" in result.reason
 
@@ -272,7 +274,7 @@ def test_sdc_without_a_majority_fails_every_gpu(gpus, odd):
     facts = node(gpus)
     for label, byte in odd.items():
         gpu_result(facts, label, "sdc")["checksum"] = byte * 32
-    result = burnin_burn.sdc(facts, GENERIC)
+    result = burn_verdicts.sdc(facts, GENERIC)
     assert result.status == Status.FAIL and "no majority" in result.reason
     assert all(f"GPU{i} (" in result.reason for i in range(gpus))
 

@@ -1,4 +1,4 @@
-"""The burn-in's collector (node/burnin.py `gpuwork`) with a stand-in worker module: one process per GPU, all at
+"""The burn-in's collector (node/burnin/checks.py `gpuwork`) with a stand-in worker module: one process per GPU, all at
 once, each pointed at its GPU and bound to its NUMA node's CPUs (a fake sysfs), a hung one killed at
 --bench-timeout while the others' results come out, and the Xids logged for each GPU during the run (a fake dmesg
 and /proc/uptime)."""
@@ -12,8 +12,10 @@ import time
 import pytest
 
 from gpucheck.model import Status
-from gpucheck.node import Context, burnin, burnin_burn, burnin_verdicts
-from gpucheck.node.burnin_runner import KILL_GRACE_S
+from gpucheck.node import Context
+from gpucheck.node.burnin import burn_verdicts, speed_verdicts
+from gpucheck.node.burnin import checks as burnin
+from gpucheck.node.burnin.runner import KILL_GRACE_S
 from gpucheck.profiles import load
 
 GENERIC = load("generic")
@@ -126,11 +128,11 @@ def test_every_gpu_gets_its_own_worker_at_once_and_a_hung_one_costs_only_its_own
     assert [e["xid"] for e in facts["xids_during"]["GPU0"]] == [13]
     assert facts["xids_during"]["GPU2"] == [] and facts["xid_error"] is None
 
-    memtest = burnin_verdicts.memtest({**ctx.facts, "gpuwork": facts}, GENERIC)
+    memtest = speed_verdicts.memtest({**ctx.facts, "gpuwork": facts}, GENERIC)
     assert memtest.status == Status.ERROR and set(memtest.measured) == {"GPU0"}
     assert "GPU1 (00000000:19:00.0): not finished: killed at --bench-timeout (3 s) during memtest" in memtest.reason
     assert "GPU2 (00000000:1A:00.0): no usable CUDA device" in memtest.reason
-    sdc = burnin_burn.sdc({**ctx.facts, "gpuwork": facts}, GENERIC)
+    sdc = burn_verdicts.sdc({**ctx.facts, "gpuwork": facts}, GENERIC)
     assert sdc.status == Status.ERROR
     assert sdc.measured == {"GPU0": {"checksum": "5f" * 8}, "GPU1": {"checksum": "5f" * 8}}
 
@@ -177,7 +179,7 @@ def test_a_kernel_log_that_cannot_be_read_is_said(machine, fake_bin):
 
 
 def test_a_worker_that_exits_without_its_results_says_so():
-    from gpucheck.node.burnin_runner import Outcome
+    from gpucheck.node.burnin.runner import Outcome
 
     died = Outcome(begin={"event": "begin"}, running="gemm", exit=-11, stderr_tail="Fatal Python error: Segmentation")
     assert burnin.not_finished(died, ["sdc", "gemm"], 600) == {
@@ -192,7 +194,8 @@ def test_a_worker_that_exits_without_its_results_says_so():
 
 
 def test_without_nvmls_gpu_list_the_burn_in_is_an_error_not_a_pass():
-    from gpucheck.node import CollectError, p2p
+    from gpucheck.node import CollectError
+    from gpucheck.node.burnin import p2p
 
     for collect in (burnin.collect_gpuwork, p2p.collect):
         with pytest.raises(CollectError) as caught:

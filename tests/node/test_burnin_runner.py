@@ -1,4 +1,4 @@
-"""The burn-in's runner (node/burnin_runner.py) with stand-in child programs: small Python scripts that print
+"""The burn-in's runner (node/burnin/runner.py) with stand-in child programs: small Python scripts that print
 contract lines, wait for each other, hang or die. The real GPU programs are tested elsewhere."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from gpucheck.node import burnin_runner
-from gpucheck.node.burnin_runner import Program, parse_line, run_programs
+from gpucheck.node.burnin import runner as burnin_runner
+from gpucheck.node.burnin.runner import Program, parse_line, run_programs
 
 
 def program(code: str, **env: str) -> Program:

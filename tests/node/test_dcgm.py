@@ -1,6 +1,6 @@
 """gpu.dcgm: `dcgmi diag -r N` replayed by a fake dcgmi on PATH, from recorded outputs and exit codes.
 
-The outputs are the real ones in ../shared/fixtures/real/dcgm (SOURCES.md), a failure made from them by putting
+The outputs are the real ones in tests/fixtures/real/dcgm (SOURCES.md), a failure made from them by putting
 DCGM's own message text (dcgmlib/dcgm_errors.h) where a result is, and DCGM 4's JSON layout as DCGM's own tests
 check it (testing/python3/dcgm_diag_schema.json, test_dcgm_diag.py). Exit codes are DCGM's return codes as a
 process status: -30 DCGM_ST_NVVS_ERROR = 226, -51 DCGM_ST_NVVS_ISOLATE_ERROR = 205, -21 no host engine = 235.

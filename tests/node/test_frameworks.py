@@ -20,10 +20,11 @@ import pytest
 
 from gpucheck.config import KNOWN_FRAMEWORKS, NodeConfig, Stack
 from gpucheck.model import Status
-from gpucheck.node import Context, cuda_arch, framework_probe, frameworks, stacks
+from gpucheck.node import Context
+from gpucheck.node.stack import cuda_arch, framework_probe, frameworks, stacks
 from gpucheck.profiles import Profile, load
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 CHECK_BUILD = REAL / "horovod-nccl" / "horovodrun-check-build-v0.22.1-tf-torch-mpi-gloo-nccl-deepmd.txt"
 
 GPU_PROFILE = Profile("gpu", None, {"frameworks": {
@@ -364,12 +365,12 @@ def test_probe_prints_only_marked_json_lines(tmp_path):
 
 
 def test_the_agent_modules_beside_the_probe_do_not_shadow_the_stacks_own(tmp_path):
-    # The probe lives in gpucheck/node, beside gpu.py, host.py, ...: a framework importing a module of
-    # one of those names must get the stack's.
-    assert (framework_probe.PROBE.parent / "gpu.py").is_file()
+    # The probe lives in gpucheck/node/stack, beside pins.py, libraries.py, ...: a framework importing a module
+    # of one of those names must get the stack's.
+    assert (framework_probe.PROBE.parent / "pins.py").is_file()
     fake = FakeStack(tmp_path / "tf")
-    fake.package("gpu", "OWNER = 'the stack'\n")
-    fake.package("tensorflow", "import gpu\n__version__ = gpu.OWNER\n")
+    fake.package("pins", "OWNER = 'the stack'\n")
+    fake.package("tensorflow", "import pins\n__version__ = pins.OWNER\n")
     record = collect(fake.stack("tf", "tensorflow"))["stacks"][0]["probe"]["tensorflow"]
     assert record["import_ok"], record
     assert record["version"] == "the stack"

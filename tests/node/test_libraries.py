@@ -20,15 +20,8 @@ import pytest
 
 from gpucheck.config import NodeConfig, Stack
 from gpucheck.model import Status
-from gpucheck.node import (
-    CollectError,
-    Context,
-    extension_links,
-    known_libraries,
-    libraries,
-    library_search,
-    version_codes,
-)
+from gpucheck.node import CollectError, Context
+from gpucheck.node.stack import extension_links, known_libraries, libraries, library_search, version_codes
 from gpucheck.profiles import Profile
 
 # The smallest cuDNN 9 wheel for CUDA 12 (508 MB; the latest is ~720 MB); --no-deps skips cuBLAS,

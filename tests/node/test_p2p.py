@@ -9,7 +9,9 @@ import textwrap
 import pytest
 
 from gpucheck.model import Status
-from gpucheck.node import Context, burnin, p2p
+from gpucheck.node import Context
+from gpucheck.node.burnin import checks as burnin
+from gpucheck.node.burnin import p2p
 from gpucheck.profiles import load
 
 DGX = load("dgx-h100")  # NVSwitch: every pair gets all 18 links

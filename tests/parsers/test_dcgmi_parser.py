@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from gpucheck.parsers import ParseError, parse
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 JSON = "dcgm/dcgm-diag-json-nvvs-3.1.0-8gpu-pass-with-warning-prefix-and-nulls.json"
 DEPLOYMENT_3_1 = ["Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS-related Blocks",
                   "Persistence Mode", "Environmental Variables", "Page Retirement/Row Remap",

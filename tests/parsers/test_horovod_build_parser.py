@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpucheck.parsers import parse
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 DEEPMD = "horovod-nccl/horovodrun-check-build-v0.22.1-tf-torch-mpi-gloo-nccl-deepmd.txt"
 
 

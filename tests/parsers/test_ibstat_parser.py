@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpucheck.parsers import parse
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 IBSTAT = "ibstat/ibstat-h100-12hca-8xNDR400-active-3eth-down.txt"
 
 

@@ -3,14 +3,12 @@ the older and rarer forms, and text that is not ldd output."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpucheck.parsers import ParseError, parse
 from gpucheck.parsers.ldd import empty_result
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 SPACK = "horovod-nccl/ldd-horovod-torch-mpi_lib_v2-spack-FRAGMENT-horovod3831.txt"
 
 # `ldd /bin/ls` on Debian 12.

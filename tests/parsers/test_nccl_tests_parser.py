@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpucheck.parsers import ParseError, parse
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 GCP = "nccl-tests/h100-2node-16gpu-allreduce-gcp-a3mega.txt"
 
 

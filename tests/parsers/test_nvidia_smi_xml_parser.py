@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpucheck.parsers import ParseError, parse
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 A100 = "nvidia-smi-xml/a100-sxm4-80gb-mig-v12.xml"
 
 

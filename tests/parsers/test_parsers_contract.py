@@ -1,6 +1,6 @@
 """The contract every parser keeps: the registry, ParseError for bad input, no wrong parses.
 
-Every file in ../shared/fixtures/real is listed in FIXTURE_KIND (a new fixture fails
+Every file in tests/fixtures/real is listed in FIXTURE_KIND (a new fixture fails
 test_every_fixture_is_listed until someone says which parser reads it), parses as its own kind
 into strict JSON, and is rejected with ParseError by every other kind. A kind with no real fixture
 is held to the same contract with a capture in SAMPLES.
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 
 from gpucheck.parsers import PARSERS, ParseError, parse
-
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
+from support import REAL
 
 # Which parser reads each real fixture; None: no parser kind reads this tool's output
 # (plain `nvidia-smi -q` text), so every kind must reject it.
@@ -53,7 +51,7 @@ FIXTURE_KIND: dict[str, str | None] = {
 KINDS = ["nccl-tests", "perftest", "ibstat", "horovod-build", "xid", "topo", "nccl-debug", "dcgmi",
          "nvidia-smi-xml", "ldd", "ldconfig"]
 
-# Kinds with no file in ../shared/fixtures/real: output captured on Debian 12 (glibc 2.36), name -> (kind, text).
+# Kinds with no file in tests/fixtures/real: output captured on Debian 12 (glibc 2.36), name -> (kind, text).
 SAMPLES: dict[str, tuple[str, str]] = {
     "sample:ldconfig-p-debian12": ("ldconfig", (
         "617 libs found in cache `/etc/ld.so.cache'\n"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from gpucheck.parsers import ParseError, parse
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 SUPERBENCH = "perftest/ib_write_bw-loopback-8M-MBsec-client+server-superbench.txt"
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpucheck.parsers import parse
+from support import REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
 H100 = "topo/h100-8gpu-nv18-6nic-nic-legend-broken-cpu-affinity.txt"
 V100 = "topo/v100-sxm2-8gpu-hybrid-cube-mesh-nv1-nv2-no-nic-no-legend-issue37.txt"
 GPUS = [f"GPU{i}" for i in range(8)]

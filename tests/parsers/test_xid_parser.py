@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpucheck.parsers import ParseError, parse
 from gpucheck.parsers.xid import SEVERITY
-
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real"
+from support import REAL
 
 
 def real(name: str) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpucheck import profiles, skus
-from gpucheck.node import burnin_judge, dcgm, health
+from gpucheck.node import dcgm, health
+from gpucheck.node.burnin import judge
 
 
 def check(burnin: dict) -> None:
@@ -57,9 +58,9 @@ def test_the_dtype_names_are_the_sku_tables():
 
 def test_generic_states_the_defaults_the_node_side_falls_back_to():
     generic = profiles.load("generic").data["burnin"]
-    assert {key: generic[key] for key in burnin_judge.DEFAULTS} == burnin_judge.DEFAULTS
+    assert {key: generic[key] for key in judge.DEFAULTS} == judge.DEFAULTS
     assert generic["dcgm_level"] == dcgm.DEFAULT_LEVEL and generic["dcgm_required"] is False
-    assert burnin_judge.DEFAULTS["burn_reasons_fail"] == health.DEFAULT_FAIL_REASONS
+    assert judge.DEFAULTS["burn_reasons_fail"] == health.DEFAULT_FAIL_REASONS
 
 
 @pytest.mark.parametrize("name,required", [("dgx-h100", True), ("dgx-a100", True), ("hgx-h200", True),
@@ -68,5 +69,5 @@ def test_generic_states_the_defaults_the_node_side_falls_back_to():
 def test_every_shipped_profile_has_burn_in_thresholds(name, required):
     burnin = profiles.load(name).data["burnin"]
     assert burnin["dcgm_required"] is required and burnin["dcgm_level"] == 2  # within the default --bench-timeout
-    for key in burnin_judge.DEFAULTS:
+    for key in judge.DEFAULTS:
         assert burnin.get(key) is not None, f"{name}: burnin.{key}"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from gpucheck import profiles
 from gpucheck.config import KNOWN_FRAMEWORKS
-from gpucheck.node import frameworks, health, known_libraries, nvml
+from gpucheck.node import health, nvml
+from gpucheck.node.stack import frameworks, known_libraries
 
 
 def test_library_names_are_the_libraries_the_node_looks_for() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpucheck import profiles
-from gpucheck.cluster import training_verdict
+from gpucheck.cluster.stages import training_verdict
 
 
 def check(training: dict) -> None:

@@ -2,7 +2,7 @@
 against the fleet median of the same SKU and the figure the node judged it against, stragglers and memory
 errors named, in report.md, report.html, report.json and the terminal summary. The document is the one
 `gpucheck cluster` writes (handoff.document through ReportWriter); the figures are the H100 SXM5's measured
-ones (shared/fixtures/measured/h100-sxm-80gb-driver580: 777 bf16, 740 fp16, 3026 copy, 54.1/53.9 host)."""
+ones (tests/fixtures/measured/h100-sxm-80gb-driver580: 777 bf16, 740 fp16, 3026 copy, 54.1/53.9 host)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from gpucheck.cluster import handoff
 from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.model import Report, Result, Status
-from gpucheck.report.cluster_burnin import burnin_section
-from gpucheck.report.cluster_summary import render_summary
-from gpucheck.report.html_parts import TINTS
-from gpucheck.report.writer import ReportWriter
+from gpucheck.report.cluster.burnin import burnin_section
+from gpucheck.report.cluster.html_parts import TINTS
+from gpucheck.report.cluster.summary import render_summary
+from gpucheck.report.cluster.writer import ReportWriter
 
 H100 = "h100-sxm5-80gb"
 A100 = "a100-sxm4-80gb"
@@ -198,7 +198,7 @@ def test_odd_facts_never_break_a_rendering(tmp_path: Path, odd: dict[str, Any]) 
     (">= 400 GB/s", None), ("(. x .)", None), ("(0.6 x 1e999)", None), (None, None),
 ])
 def test_the_sku_figure_is_read_from_the_expected_text(text: str | None, reference: float | None) -> None:
-    from gpucheck.report.cluster_burnin import reference as read
+    from gpucheck.report.cluster.burnin import reference as read
 
     report = {"results": [{"check": "gpu.gemm", "expected": {"bf16_TFLOPS": text}}]}
     assert read(report, "gpu.gemm", "bf16_TFLOPS", "GPU0") == reference

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import re
 
-from gpucheck.report import cluster, writer
-from gpucheck.report.html_charts import pair_heatmap_svg, ramp, scaling_chart_svg
+from gpucheck.report import cluster
+from gpucheck.report.cluster import writer
+from gpucheck.report.cluster.html_charts import pair_heatmap_svg, ramp, scaling_chart_svg
 
 
 def test_the_facade_names_what_the_owning_modules_define() -> None:
-    from gpucheck.report import cluster_html, cluster_summary, html_charts
+    from gpucheck.report.cluster import html as cluster_html
+    from gpucheck.report.cluster import html_charts, summary
 
     assert all(hasattr(cluster, name) for name in cluster.__all__)
     assert cluster.ReportWriter is writer.ReportWriter and cluster.FILES is writer.FILES
-    assert cluster.render_html is cluster_html.render_html and cluster.render_summary is cluster_summary.render_summary
+    assert cluster.render_html is cluster_html.render_html and cluster.render_summary is summary.render_summary
     assert cluster.pair_heatmap_svg is html_charts.pair_heatmap_svg
 
 

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gpucheck.model import Report, Result, Status
-from gpucheck.report import FORMATS, render
+from gpucheck.report.node import FORMATS, render
 
 THRESHOLDS = {"nccl": {"nccl_allreduce_busbw_GBps_min": 123.456}, "gpu": {"count": 8}}
 

@@ -1,6 +1,6 @@
 """Per-GPU figures (docs/burnin.md, "What a result carries") in every node format: one line per GPU in the
 text and in JUnit's system-out, one gpucheck_gpu_figure sample per numeric figure in Prometheus, the JSON as
-measured. Figures are the H100 SXM5's measured ones (shared/fixtures/measured/h100-sxm-80gb-driver580)."""
+measured. Figures are the H100 SXM5's measured ones (tests/fixtures/measured/h100-sxm-80gb-driver580)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gpucheck.model import Report, Result, Status
-from gpucheck.report import gpu_figures, render
+from gpucheck.report import gpu_figures
+from gpucheck.report.node import render
 
 GEMM = {"GPU0": {"bf16_TFLOPS": 777.1, "fp16_TFLOPS": 740.2}, "GPU1": {"bf16_TFLOPS": 591.0, "fp16_TFLOPS": 750.0}}
 GEMM_EXPECTED = {"bf16_TFLOPS": ">= 593 (0.6 x 989)", "fp16_TFLOPS": ">= 593 (0.6 x 989)"}

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from gpucheck.model import Report, Result, Status
-from gpucheck.report import render
-from gpucheck.report.cluster_html import render_html
-from gpucheck.report.cluster_markdown import render_markdown
-from gpucheck.report.cluster_summary import render_summary
-from gpucheck.report.html_charts import pair_heatmap_svg, scaling_chart_svg
+from gpucheck.report.cluster.html import render_html
+from gpucheck.report.cluster.html_charts import pair_heatmap_svg, scaling_chart_svg
+from gpucheck.report.cluster.markdown import render_markdown
+from gpucheck.report.cluster.summary import render_summary
+from gpucheck.report.node import render
 from gpucheck.report.values import show
 
 DRIVER = "install the NVIDIA driver (site.yml --tags gpu)"

@@ -8,9 +8,9 @@ import copy
 import html
 import re
 
-from gpucheck.report.cluster_html import render_html
-from gpucheck.report.cluster_markdown import render_markdown
-from gpucheck.report.cluster_summary import render_summary
+from gpucheck.report.cluster.html import render_html
+from gpucheck.report.cluster.markdown import render_markdown
+from gpucheck.report.cluster.summary import render_summary
 
 TRAINING = {
     "check": "cluster.training.tf-horovod", "framework": "tf-horovod", "device": "GPU", "precision": "amp",

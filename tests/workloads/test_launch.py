@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpucheck.cluster import jobs
-from gpucheck.cluster.ssh import Remote
+from gpucheck.cluster.ssh.result import Remote
 from gpucheck.workloads import launch
 from gpucheck.workloads.launch import (
     SUPPORT_FILES,

@@ -1,4 +1,4 @@
-"""The cluster stages' jobs as Slurm jobs (cluster/slurm_jobs.py, `--launcher slurm`) on a real one-node Slurm on
+"""The cluster stages' jobs as Slurm jobs (cluster/slurm/jobs.py, `--launcher slurm`) on a real one-node Slurm on
 this machine (tests/slurmkit.py) with the real frameworks on CPU: Horovod + TensorFlow under `srun --mpi=pmix`
 (Slurm's PMIx wires up Debian's Open MPI, no mpirun), PyTorch DDP with each rank's RANK from SLURM_PROCID (no
 torchrun), and the workload files sent through srun's stdin. Two ranks share the node (gpu-a). The same jobs
@@ -10,9 +10,10 @@ import pytest
 from workload_helpers import free_ports
 
 import slurmkit
-from gpucheck.cluster import jobs, slurm_jobs
+from gpucheck.cluster import jobs
 from gpucheck.cluster.context import ClusterContext, Options
 from gpucheck.cluster.inventory import Host, Inventory
+from gpucheck.cluster.slurm import jobs as slurm_jobs
 from gpucheck.workloads import launch
 from gpucheck.workloads.results import judge_smoke, parse_results
 

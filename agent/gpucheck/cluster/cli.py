@@ -18,7 +18,7 @@ from ..cli_types import fraction, seconds, size, whole_number
 from ..model import EXIT_FAIL, EXIT_UNKNOWN
 from .context import Options
 from .frameworks import FRAMEWORKS
-from .stages import STAGE_NAMES
+from .stages.order import STAGE_NAMES
 
 EPILOG = """\
 exit codes: 0 every node and cluster check passes, 1 warnings only, 2 at least one failure (a failed
@@ -148,7 +148,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def fail(message: str) -> int:
-    from ..report.cluster_redact import redact
+    from ..report.cluster.redact import redact
 
     print(f"gpucheck: error: {redact(message)}", file=sys.stderr)
     return EXIT_UNKNOWN
@@ -181,9 +181,10 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     from ..report import cluster as report
-    from . import fanout, handoff, progress, stages
+    from . import fanout, handoff, progress
     from .context import ClusterContext
     from .inventory import InventoryError, load
+    from .stages import order as stages
 
     selected = tuple(n for n in (args.stages or STAGE_NAMES) if n not in args.skip_stages)
     options = Options(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
@@ -246,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
                 if slurm_nodes is None:
                     fanout.fan_out(inventory.hosts, options, done)
                 else:
-                    from . import slurm_fanout
+                    from .slurm import fanout as slurm_fanout
 
                     slurm_fanout.fan_out(inventory.hosts, options, slurm_nodes, done)
                 ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
@@ -274,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(report.render_summary(doc, directory))
     code = int(doc["exit_code"])
     if options.drain:
-        from .slurm_drain import apply_drain
+        from .slurm.drain import apply_drain
 
         ctx.slurm, error = apply_drain(ctx, doc)
         for item in ctx.slurm:

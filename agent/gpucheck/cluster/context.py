@@ -79,8 +79,8 @@ class Options:
     train_image_size: int | None = None
     train_batch_size: int | None = None
     train_iterations: int = 5
-    drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm_drain.py)
-    launcher: str = "ssh"  # ssh | slurm: how node checks and jobs start (cluster/slurm_fanout.py, slurm_jobs.py)
+    drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm/drain.py)
+    launcher: str = "ssh"  # ssh | slurm: how node checks and jobs start (slurm/fanout.py, slurm/jobs.py)
 
     def agent_argv(self) -> list[str]:
         """The agent's command on the nodes (--remote-command) as argv."""

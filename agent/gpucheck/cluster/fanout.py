@@ -1,5 +1,5 @@
 """Run `gpucheck node --format json` on every host over SSH, a bounded pool at a time, and read what
-each answered. Connecting, the host-key policy and the remote timeout are ssh.py's.
+each answered. Connecting, the host-key policy and the remote timeout are ssh/client.py's.
 
 Every way a host can go wrong becomes that host's NodeOutcome, never an exception out of here:
 unreachable or silent, authentication refused or a key file we cannot read, unknown or changed host
@@ -17,9 +17,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from ..model import Status
-from . import agent_report, ssh
+from . import agent_report
 from .context import NodeOutcome, Options
 from .inventory import Host
+from .ssh import client as ssh
+from .ssh.result import TIMEOUT_EXITS, tail
 
 REPORT_STATUS = {0: Status.PASS, 1: Status.WARN, 2: Status.FAIL, 3: Status.ERROR}
 # The remote `timeout` normally ends a hung agent first; ours fires this much later as a backstop.
@@ -64,19 +66,19 @@ def interpret(host: str, stdout: str, stderr: str, exit_code: int | None, wall_s
               host_timeout: float) -> NodeOutcome:
     """Pure: what the remote command's output and exit status say about the node."""
     report = agent_report.find(stdout)
-    evidence = ssh.tail("\n".join(x for x in (stderr.rstrip(), stdout.rstrip()) if x), TAIL_CHARS)
+    evidence = tail("\n".join(x for x in (stderr.rstrip(), stdout.rstrip()) if x), TAIL_CHARS)
     if report is not None:
         problem = agent_report.problem(report)
         if problem:
             return NodeOutcome(host, Status.ERROR, f"agent report malformed: {problem}", "malformed", wall_s,
                                exit_code, evidence=evidence)
         return NodeOutcome(host, REPORT_STATUS[report["exit_code"]], _summary(report), "report", wall_s, exit_code,
-                           report, ssh.tail(stderr, 500))
+                           report, tail(stderr, 500))
     last = next((line.strip() for line in reversed(evidence.splitlines()) if line.strip()), "")
     if exit_code == 127:
         return NodeOutcome(host, Status.ERROR, f"gpucheck agent not found on the node (exit 127): {last}",
                            "agent-missing", wall_s, exit_code, evidence=evidence)
-    if exit_code in ssh.TIMEOUT_EXITS:
+    if exit_code in TIMEOUT_EXITS:
         return NodeOutcome(host, Status.FAIL, f"timed out: no report within {host_timeout:g} s (hung agent?)",
                            "timeout", wall_s, exit_code, evidence=evidence)
     if exit_code == 3 and "error:" in evidence:
@@ -110,13 +112,13 @@ def collect(host: Host, options: Options, command: str, connections: ssh.Connect
             output = "\n".join(x for x in (exc.result.stderr, exc.result.stdout) if x)
             return NodeOutcome(host.name, Status.FAIL,
                                f"timed out: no report within {options.host_timeout:g} s (hung agent?)", "timeout",
-                               time.monotonic() - began, evidence=ssh.tail(output, TAIL_CHARS))
+                               time.monotonic() - began, evidence=tail(output, TAIL_CHARS))
         return interpret(host.name, done.stdout, done.stderr, done.exited, time.monotonic() - began,
                          options.host_timeout)
     except Exception as exc:  # a lost connection mid-run, or a bug: this host's result, not the run's end
         reason = "interrupted" if connections.cancelled else f"SSH session failed: {type(exc).__name__}: {exc}"
         return NodeOutcome(host.name, Status.ERROR, reason, "ssh", time.monotonic() - began,
-                           evidence=ssh.tail(traceback.format_exc(), TAIL_CHARS))
+                           evidence=tail(traceback.format_exc(), TAIL_CHARS))
     finally:
         if conn is not None:
             connections.discard(conn)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import __version__
 from ..model import EXIT_UNKNOWN, Result, Status, exit_code, worst
-from ..report.writer import node_file
+from ..report.cluster.writer import node_file
 from ..slurm import drain_reason
 from .context import ClusterContext, ClusterResult, NodeOutcome
 

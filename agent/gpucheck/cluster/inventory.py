@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import ssh_args
+from .ssh import args as ssh_args
 
 DEFAULT_GROUP = "gpu_nodes"  # the playbook's group of GPU nodes; `all` when an inventory has none
 KEPT_VARS = ("ib_address", "slurm_node_name")  # inventory vars the later cluster stages and Slurm use
@@ -207,7 +207,7 @@ class _HostReader:
             raise InventoryError(f"{host.name}: ansible_port {port_value!r} is not a port number") from None
         user = get(USER_VARS) or self.config.get_config_value("DEFAULT_REMOTE_USER") or getpass.getuser()
         key = get(KEY_VARS) or self.config.get_config_value("DEFAULT_PRIVATE_KEY_FILE")
-        if key:  # read when connecting: a key we cannot read is that host's error (ssh_connect.py)
+        if key:  # read when connecting: a key we cannot read is that host's error (ssh/connect.py)
             key = os.path.expanduser(str(key))
         try:
             options = ssh_args.parse(get(("ansible_ssh_common_args",)), get(("ansible_ssh_extra_args",)))

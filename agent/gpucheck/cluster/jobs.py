@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,10 @@ from ..model import Status
 from ..workloads import launch
 from .context import ClusterContext, ClusterResult
 from .frameworks import Framework
+from .layout import Layout
 from .nodes import Participants, address, participants, stack_python, thresholds, unknown_thresholds
-from .ssh import Remote, RemoteHosts, command
+from .ssh.client import RemoteHosts, command
+from .ssh.result import Remote
 
 REMOTE_DIR = "/var/tmp/gpucheck"  # where workload scripts are copied on the nodes
 # ssh as mpirun starts it: never wait on a prompt (a missing key or host key), give up on a dead node.
@@ -25,24 +26,6 @@ MPIRUN_EXTRA = ("--tag-output", "--mca", "plm_rsh_args", RSH_ARGS)
 # What every rank gets: quiet frameworks, one OpenMP thread per rank (CPU ranks share the cores).
 RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 CPU_RANK_ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-
-
-@dataclass
-class Layout:
-    """Ranks on nodes, in rank order (mpirun --map-by slot fills each host's slots in turn)."""
-
-    slots: list[tuple[str, int]]  # (node, ranks)
-
-    @property
-    def ranks(self) -> int:
-        return sum(n for _, n in self.slots)
-
-    def node_of(self, rank: int) -> str | None:
-        for node, count in self.slots:
-            if rank < count:
-                return node
-            rank -= count
-        return None
 
 
 def stack_cast(ctx: ClusterContext, check: str, framework: Framework, name: str) -> Participants | ClusterResult:
@@ -114,13 +97,8 @@ def pythons(ctx: ClusterContext, nodes: Sequence[str], stack: str) -> tuple[str 
 
 
 def through_slurm(ctx: ClusterContext) -> bool:
-    """--launcher slurm: jobs start with srun from this machine (slurm_jobs.py), not mpirun or SSH."""
+    """--launcher slurm: jobs start with srun from this machine (slurm/jobs.py), not mpirun or SSH."""
     return ctx.options.launcher == "slurm"
-
-
-def workload_files(script: Path) -> list[Path]:
-    """The script and the modules it imports from its own folder (launch.SUPPORT_FILES): what a node needs of it."""
-    return [script, *(f for f in launch.SUPPORT_FILES if f.name != script.name)]
 
 
 def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
@@ -128,10 +106,10 @@ def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], scri
     """Copy `script`, and the modules it imports from its own folder (launch.SUPPORT_FILES), to REMOTE_DIR on
     every node, in parallel. (remote path of the script, node -> its failed copy)."""
     if through_slurm(ctx):
-        from .slurm_jobs import distribute as through_srun
+        from .slurm.jobs import distribute as through_srun
 
         return through_srun(ctx, nodes, script, REMOTE_DIR, timeout)
-    files = workload_files(script)
+    files = launch.workload_files(script)
 
     def one(node: str) -> tuple[str, Remote]:
         for path in files:
@@ -152,7 +130,7 @@ def mpirun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence
     Debian's OpenMPI it needs --allow-run-as-root; --oversubscribe for more ranks than cores (CPU nodes).
     Through Slurm: srun --mpi=pmix from this machine."""
     if through_slurm(ctx):
-        from .slurm_jobs import mpi_job
+        from .slurm.jobs import mpi_job
 
         return mpi_job(ctx, lay, program, env, timeout)
     launcher = lay.slots[0][0]
@@ -187,7 +165,7 @@ def torchrun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, python: str, pa
     Slurm: one srun task per rank, no torchrun."""
     master = address(ctx, lay.slots[0][0], data=False)
     if through_slurm(ctx):
-        from .slurm_jobs import torch_job
+        from .slurm.jobs import torch_job
 
         return torch_job(ctx, lay, python, path, args, rank_env(gpus), master, port, timeout)
     torchrun_bin = python.rsplit("/", 1)[0] + "/torchrun"

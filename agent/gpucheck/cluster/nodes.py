@@ -11,7 +11,7 @@ from typing import Any
 from ..model import Status
 from ..profiles import Profile
 from .context import ClusterContext, ClusterResult
-from .ssh import RemoteHosts
+from .ssh.client import RemoteHosts
 
 STACKS_DIR = "/opt/stacks"  # the frameworks role's convention: /opt/stacks/<stack>/bin/python
 SHOW_LEFT_OUT = 6

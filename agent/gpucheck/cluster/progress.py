@@ -1,6 +1,6 @@
 """Fan-out progress: a rich progress bar on a terminal, one plain line per host otherwise (CI logs,
 pipes), so a long run always shows it is alive and which hosts went wrong. Reasons are redacted as
-the report's are (report/cluster_redact.py)."""
+the report's are (report/cluster/redact.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from ..model import Status
-from ..report.cluster_redact import redact
+from ..report.cluster.redact import redact
 from .context import NodeOutcome
 
 MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "skip"}

@@ -13,7 +13,7 @@ from typing import Any
 from ..config import NodeConfig
 from ..model import Result
 from ..profiles import Profile
-from .stacks import Interpreters
+from .stack.stacks import Interpreters
 
 CALL_LIMIT_MAX_S = 10.0  # one call that should answer at once (an NVML query, a sysfs read, statvfs, psutil)
 

@@ -12,7 +12,7 @@ from ..parsers import ParseError, parse
 from ..process import run
 from ..profiles import Profile
 from . import Check, Context
-from .burnin_runner import gpu_program, run_programs
+from .burnin.runner import gpu_program, run_programs
 from .per_gpu import live_gpus
 
 # "Avg bus bandwidth" averages the whole size sweep; one large size gives the pass/fail figure.

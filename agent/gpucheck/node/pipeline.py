@@ -20,25 +20,10 @@ from .. import __version__, profiles
 from ..config import NodeConfig
 from ..model import Report, Result, Status
 from ..process import CallTimeout, call_with_timeout
-from . import (
-    Check,
-    CollectError,
-    Context,
-    bandwidth,
-    burnin,
-    dcgm,
-    frameworks,
-    gpu,
-    health,
-    host,
-    infiniband,
-    kernel_log,
-    libraries,
-    links,
-    nvml,
-    p2p,
-    pins,
-)
+from . import Check, CollectError, Context, bandwidth, dcgm, gpu, health, host, infiniband, kernel_log, links, nvml
+from .burnin import checks as burnin
+from .burnin import p2p
+from .stack import frameworks, libraries, pins
 
 # The burn-in (burnin, p2p, dcgm) before bw.*: each loads the GPUs in turn, never two at once.
 DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, pins, burnin, p2p, dcgm, bandwidth, host]

@@ -179,3 +179,8 @@ def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     """One shell command line for SSH: ``env VAR=value ... argv...``, every word quoted."""
     words = ["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []
     return " ".join(shlex.quote(str(w)) for w in [*words, *argv])
+
+
+def workload_files(script: Path) -> list[Path]:
+    """The script and the modules it imports from its own folder (SUPPORT_FILES): what a node needs of it."""
+    return [script, *(f for f in SUPPORT_FILES if f.name != script.name)]

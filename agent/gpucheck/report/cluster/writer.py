@@ -1,0 +1,78 @@
+"""The cluster report's directory: nodes/<host>.json as each host answers, and the report files,
+each written atomically and rewritten as each stage finishes. Everything written goes through
+redact.clean first (no secret, no NaN): `write` returns the document as written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...files import write_atomically
+from .drain import render_drain
+from .html import render_html
+from .json import render_json
+from .junit import render_junit
+from .markdown import render_markdown
+from .redact import clean
+
+# file name -> its renderer, in the order they are written
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "report.json": render_json, "junit.xml": render_junit, "report.md": render_markdown,
+    "report.html": render_html, "drain.txt": render_drain}
+FILES = tuple(RENDERERS)
+NAME_MAX = 100  # of the readable part of a node's file name (file systems allow 255 bytes)
+
+
+def default_dir(now: dt.datetime | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """$XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, ~/.local/state/... where XDG_STATE_HOME is
+    unset or not absolute (the XDG base directory rule). Never the current directory: that is often a checkout,
+    where a report is easily committed by accident. RuntimeError when there is no home directory either."""
+    env = os.environ if environ is None else environ
+    now = now or dt.datetime.now(dt.timezone.utc)
+    state = env.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        home = env.get("HOME") or os.path.expanduser("~")  # the password database's when HOME is unset
+        if not os.path.isabs(home):
+            raise RuntimeError("no home directory for the default report directory")
+        state = os.path.join(home, ".local", "state")
+    return Path(state) / "gpucheck" / "reports" / f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def safe_name(host: str) -> str:
+    """An inventory name as a file name: no separator, no `..` escaping the directory."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host) or "_"
+
+
+def node_file(host: str) -> str:
+    """The node's file in the report directory, unique per host name: `nodes/<host>.json` when the name
+    is a safe file name as it is, else its safe form, `~` and a hash of the name (`n/1` and `n_1` are two
+    hosts: nodes/n_1~<hash>.json and nodes/n_1.json; no safe name holds a `~`)."""
+    safe = safe_name(host)
+    if safe == host and len(host) <= NAME_MAX and not host.startswith("."):
+        return f"nodes/{host}.json"
+    digest = hashlib.sha256(host.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"nodes/{safe[:NAME_MAX].lstrip('.') or '_'}~{digest}.json"  # never hidden
+
+
+class ReportWriter:
+    """Owns the report directory: nodes/<host>.json as each host answers, the report files per stage."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        (self.dir / "nodes").mkdir(parents=True, exist_ok=True)
+
+    def node(self, host: str, outcome: dict[str, Any]) -> None:
+        write_atomically(self.dir / node_file(host), json.dumps(clean(outcome), indent=2, default=str) + "\n")
+
+    def write(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Every report file from `doc`; returns the document as written (redacted)."""
+        written = clean(doc)
+        for name, render in RENDERERS.items():
+            write_atomically(self.dir / name, render(written))
+        return written

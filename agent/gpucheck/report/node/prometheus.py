@@ -1,0 +1,53 @@
+"""The node report as a Prometheus textfile, for node_exporter's textfile collector."""
+
+from __future__ import annotations
+
+import math
+
+from ...model import Report, Status
+from .. import gpu_figures
+
+
+def label(value: str) -> str:
+    """A label value escaped as the text exposition format wants it."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def figure_samples(report: Report, host: str) -> list[str]:
+    """One gpucheck_gpu_figure sample per finite numeric per-GPU figure (a string figure, such as the sdc
+    checksum, is no sample); the unit is in the figure's name."""
+    samples = []
+    for r in report.results:
+        for gpu, figures in (gpu_figures.per_gpu(r.measured) or {}).items():
+            for name, value in figures.items():
+                if isinstance(value, str) or not math.isfinite(value):
+                    continue
+                samples.append(f'gpucheck_gpu_figure{{host="{host}",check="{label(r.check)}",gpu="{label(gpu)}",'
+                               f'figure="{label(name)}"}} {value!r}')
+    if not samples:
+        return []
+    return ["# HELP gpucheck_gpu_figure A figure an active GPU check measured on one GPU (unit in the figure name).",
+            "# TYPE gpucheck_gpu_figure gauge", *samples]
+
+
+def render_prometheus(report: Report) -> str:
+    """One gauge per check status, plus the exit code, the duration and each per-GPU figure."""
+    host, profile = label(report.host), label(report.profile)
+    lines = [
+        "# HELP gpucheck_check_status 1 for the check's current status (pass, warn, fail, skip, error).",
+        "# TYPE gpucheck_check_status gauge",
+    ]
+    for r in report.results:
+        for status in Status:
+            lines.append(f'gpucheck_check_status{{host="{host}",profile="{profile}",check="{label(r.check)}",'
+                         f'status="{status.value}"}} {1 if r.status == status else 0}')
+    lines += [
+        "# HELP gpucheck_exit_code 0 pass, 1 warn, 2 fail, 3 could not run.",
+        "# TYPE gpucheck_exit_code gauge",
+        f'gpucheck_exit_code{{host="{host}",profile="{profile}"}} {report.exit_code}',
+        "# HELP gpucheck_duration_seconds Time the node check took.",
+        "# TYPE gpucheck_duration_seconds gauge",
+        f'gpucheck_duration_seconds{{host="{host}"}} {report.duration_s:.3f}',
+    ]
+    lines += figure_samples(report, host)
+    return "\n".join(lines) + "\n"
