@@ -3,6 +3,7 @@
 # to prove what the fakes cannot, within a time budget, leaving at most 8 files under $OUT.
 #
 #   bash bench/gpu_session.sh [BUDGET_S]   (default: $GPU_SESSION_BUDGET_S, else 480; from any directory)
+#   GPU_SESSION_STEPS=busy-gpu,node-full bash bench/gpu_session.sh 200   (only those steps, in the table's order)
 #
 # Budget. Each step has a bound (the most seconds it may take) and a floor (the fewest seconds worth starting it
 # with: about two to three times what it took on the H200 of tests/fixtures/measured/). A step starts only when
@@ -19,13 +20,16 @@
 #                            work on a real GPU"
 #   4 planted-fault  (60 s)  the judge on real NVML samples: a profile whose burn temperature limit is 20 C must
 #                            fail gpu.burn naming the GPU; cheap, and a false pass is the worst bug a checker has
-#   5 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
+#   5 busy-gpu       (90 s)  another program on the GPU (bench/gpu_neighbour.py: 60 % of the memory, a GEMM loop):
+#                            the burn-in must say "busy: pid N" as `error` for it, never fail or pass, and with
+#                            --allow-busy the memtest must not pass having tested only what was left free
+#   6 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
 #                            the GPU found at their offsets, the p2p and all-reduce programs
-#   6 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
+#   7 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
 #                            burn-in's wall time; figures already measured once, so this guards against a
 #                            regression rather than proving function (the wall time is left out under 150 s)
-#   7 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
-#   8 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
+#   8 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
+#   9 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
 #                            tests and the bench cover it now, so it runs last, when time is left
 #
 # Outputs under $OUT, these names only (8 at most whatever happens; scratch files go to a private temporary
@@ -63,6 +67,7 @@ STEPS=(
   "node-passive     60   20  step_node_passive   py:yaml,py:psutil,py:rich"
   "node-full       240   90  step_node_full      py:yaml,py:psutil,py:rich,py:cupy"
   "planted-fault    60   40  step_planted_fault  py:yaml,py:psutil,py:rich,py:cupy"
+  "busy-gpu         90   60  step_busy_gpu       py:yaml,py:psutil,py:rich,py:cupy,file:bench/gpu_neighbour.py"
   "gpu-tests       180  120  step_gpu_tests      py:pytest,py:cupy"
   "bench           180   60  step_bench          py:cupy,file:bench/gpu_burnin.py"
   "resnet50        150   60  step_resnet         cmd:torchrun,py:torch,file:agent/gpucheck/workloads/resnet_torch_ddp.py"
@@ -176,6 +181,46 @@ sys.exit(0 if found else 1)
 EOF
 }
 
+step_busy_gpu() {  # succeeds only when the burn-in names the other program as `error` busy, never fail or pass
+    python3 bench/gpu_neighbour.py --memory-fraction 0.6 --seconds $((STEP_T - 5)) >"$WORK/neighbour.txt" 2>&1 &
+    local neighbour=$! rc=0 n
+    for ((n = 0; n < 60; n++)); do
+        grep -q "GPU_NEIGHBOUR ready" "$WORK/neighbour.txt" && break
+        kill -0 "$neighbour" 2>/dev/null || break
+        sleep 0.5
+    done
+    cat "$WORK/neighbour.txt"
+    python3 -m gpucheck node --only gpu.gemm gpu.memtest --bench-timeout 40 --format json \
+        --output "$WORK/busy.json"
+    python3 -m gpucheck node --only gpu.memtest --allow-busy --bench-timeout 40 --format json \
+        --output "$WORK/allow-busy.json"
+    kill "$neighbour" 2>/dev/null
+    wait "$neighbour" 2>/dev/null
+    python3 - "$WORK/neighbour.txt" "$WORK/busy.json" "$WORK/allow-busy.json" >"$KEYS" 2>&1 <<'EOF' || rc=1
+import json, re, sys
+said = re.search(r"GPU_NEIGHBOUR ready pid=(\d+) held_GiB=([\d.]+)", open(sys.argv[1], errors="replace").read())
+if not said:
+    sys.exit("the other program never got going (see steps.log)")
+pid = said[1]
+print(f"another program on the GPU: pid {pid}, {said[2]} GiB held, a GEMM loop")
+ok = True
+for path, allowed in ((sys.argv[2], False), (sys.argv[3], True)):
+    try:
+        results = {r["check"]: r for r in json.load(open(path))["results"]}
+    except (OSError, ValueError, KeyError) as exc:
+        sys.exit(f"no report {path}: {exc}")
+    for check, r in results.items():
+        print(f"{'--allow-busy ' if allowed else ''}{check}: {r['status']}: {r['reason']}"[:300])
+        if allowed:  # measured beside it: said so, and the memory it held is never a silent pass
+            ok &= r["status"] != "pass" and f"pid {pid}" in r["reason"] and "beside another program" in r["reason"]
+        else:
+            ok &= r["status"] == "error" and f"busy: pid {pid}" in r["reason"]
+print("busy GPU " + ("found: error busy, never fail or a silent pass" if ok else "NOT handled as it should be"))
+sys.exit(0 if ok else 1)
+EOF
+    return "$rc"
+}
+
 step_gpu_tests() {
     python3 -m pytest -q -rfEs -m gpu tests/gpuwork tests/node -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.txt"
     local rc=$?
@@ -239,8 +284,8 @@ sys.exit(1 if errors else 0)
 EOF
 }
 
-export -f node_digest step_nvidia_smi step_node_passive step_node_full step_planted_fault step_gpu_tests step_bench \
-    step_resnet step_cupy_probe
+export -f node_digest step_nvidia_smi step_node_passive step_node_full step_planted_fault step_busy_gpu step_gpu_tests \
+    step_bench step_resnet step_cupy_probe
 
 # ---------------------------------------------------------------- prerequisites, asked once
 
@@ -306,6 +351,10 @@ for entry in "${STEPS[@]}"; do
     i=$((i + 1))
     read -r name bound floor fn needs <<<"$entry"
     left=$(left_s)
+    if [[ -n ${GPU_SESSION_STEPS:-} && ",$GPU_SESSION_STEPS," != *",$name,"* ]]; then
+        record "$i/$n" "$name" "$bound" - - "not asked (GPU_SESSION_STEPS)"
+        continue
+    fi
     why=$(missing "$needs")
     if [[ -n $why ]]; then
         echo "=== step $i/$n $name: skipped ($why)"

@@ -22,7 +22,8 @@ import pytest
 from support import ROOT
 
 SCRIPT = ROOT / "bench" / "gpu_session.sh"
-ORDER = ["nvidia-smi", "node-passive", "node-full", "planted-fault", "gpu-tests", "bench", "resnet50", "cupy-probe"]
+ORDER = ["nvidia-smi", "node-passive", "node-full", "planted-fault", "busy-gpu", "gpu-tests", "bench", "resnet50",
+         "cupy-probe"]
 OUTPUTS = {"summary.txt", "steps.log", "nvidia-smi-q-x.xml", "node-passive.json", "node-full.json",
            "node-fault.json", "gpu-tests.txt", "bench.txt"}
 MODULES = ["yaml", "psutil", "rich", "pytest", "cupy", "numpy", "torch"]
@@ -35,11 +36,13 @@ name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
 if name == "python3" and args[:1] in (["-c"], ["-"]):
     os.execv(sys.executable, [sys.executable, *args])  # the script's own snippets: the real interpreter
 if name == "python3" and args[:2] == ["-m", "gpucheck"]:
-    step = "node-full" if "--full" in args else "planted-fault" if "--profile" in args else "node-passive"
+    step = ("node-full" if "--full" in args else "planted-fault" if "--profile" in args
+            else "busy-gpu" if "gpu.memtest" in args else "node-passive")
 elif name == "python3" and args[:2] == ["-m", "pytest"]:
     step = "gpu-tests"
 elif name == "python3":
-    step = {"gpu_burnin.py": "bench", "cupy_probe.py": "cupy-probe"}.get(os.path.basename(args[0]), "python3?")
+    step = {"gpu_burnin.py": "bench", "cupy_probe.py": "cupy-probe",
+            "gpu_neighbour.py": "busy-gpu"}.get(os.path.basename(args[0]), "python3?")
 else:
     step = {"torchrun": "resnet50"}.get(name, name)
 with open(os.environ["STUB_LOG"], "a") as log:
@@ -57,6 +60,24 @@ if step == "nvidia-smi":
         print("0, NVIDIA H200, 00000000:00:06.0, 143771 MiB, 700.00 W, 31")
     else:
         print("| NVIDIA-SMI 580.159.04    Driver Version: 580.159.04     CUDA Version: 13.0     |")
+elif step == "busy-gpu" and "--only" not in args:  # the other program: holds the GPU until the step kills it
+    with open(os.path.join(os.environ["STUB_DIR"], "neighbour.pid"), "w") as pid:
+        pid.write(str(os.getpid()))
+    print(f"GPU_NEIGHBOUR ready pid={os.getpid()} held_GiB=84.2", flush=True)
+    time.sleep(30)
+elif step == "busy-gpu":
+    pid = open(os.path.join(os.environ["STUB_DIR"], "neighbour.pid")).read()
+    held = f"pid {pid} (python3, compute) holds 84.2 GiB"
+    if "--allow-busy" in args:
+        results = [{"check": "gpu.memtest", "status": "error", "reason": "GPU0 (00000000:00:06.0): could not test "
+                    f"enough memory: 50.6 GiB of 140.4 GiB total (36% < 85%); measured beside another program "
+                    f"(--allow-busy): {held}"}]
+    else:
+        results = [{"check": c, "status": "error", "reason": f"GPU0 (00000000:00:06.0): busy: {held}"}
+                   for c in ("gpu.gemm", "gpu.memtest")]
+    with open(args[args.index("--output") + 1], "w") as out:
+        json.dump({"profile": "generic", "exit_code": 3, "results": results}, out)
+    code = 3
 elif step.startswith(("node-", "planted-")):
     if step == "planted-fault":
         shutil.copy(args[args.index("--profile") + 1], os.path.join(os.environ["STUB_DIR"], "profile-used.yaml"))
@@ -101,14 +122,16 @@ def session(tmp_path: Path):
         (modules / module).mkdir(parents=True)
         (modules / module / "__init__.py").write_text("")
 
-    def run(budget: int, hang=(), fail=(), tools=("nvidia-smi", "python3", "torchrun"), modules_missing=()):
+    def run(budget: int, hang=(), fail=(), tools=("nvidia-smi", "python3", "torchrun"), modules_missing=(), **steps):
         for tool in ("nvidia-smi", "python3", "torchrun"):
             link = stubs / tool
             if tool in tools and not link.exists():
                 link.symlink_to(stubs / "stub.py")
         for module in modules_missing:
             shutil.rmtree(modules / module)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPU_SESSION_BUDGET_S", "OUT")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "GPU_SESSION_BUDGET_S", "GPU_SESSION_STEPS", "OUT")}
+        env.update(steps)
         env.update(PATH=f"{stubs}:/usr/bin:/bin", PYTHONPATH=str(modules), OUT=str(out), STUB_DIR=str(stubs),
                    STUB_LOG=str(stubs / "calls.log"), STUB_HANG=",".join(hang), STUB_FAIL=",".join(fail))
         began = time.monotonic()
@@ -158,7 +181,7 @@ def test_the_script_ends_within_its_budget_and_reports_the_steps_that_did_not_fi
     for name in ORDER[1:]:
         assert "not started (budget" in rows[name], done.summary
     assert [call[0] for call in done.calls] == ["nvidia-smi"], done.calls
-    assert "=== step 2/8 node-passive: not started (budget" in done.stdout
+    assert "=== step 2/9 node-passive: not started (budget" in done.stdout
     # the hung nvidia-smi ignored SIGTERM and outlived the step's shell: the script killed it, no GPU held after
     pids = [int(pid) for pid in (done.stubs / "hung.pids").read_text().split()]
     left = [pid for pid in pids if alive(pid)]
@@ -189,8 +212,8 @@ def test_every_step_runs_in_order_a_failure_stops_nothing_and_at_most_8_files_co
     assert len(steps_log) < 2_000_000 and "bytes left out" in steps_log  # 300 kB of pytest output cut
     assert "12 passed, 3000 deselected" in (done.out / "gpu-tests.txt").read_text()
     # the key lines reach the summary
-    for line in ("NVIDIA H200", "planted fault found", "12 passed", "ratio 0.998", "5350.6 images/s",
-                 "gemmEx_bf16_TFLOPS: 780.1", "profile generic, 1 pass"):
+    for line in ("NVIDIA H200", "planted fault found", "busy GPU found: error busy", "12 passed", "ratio 0.998",
+                 "5350.6 images/s", "gemmEx_bf16_TFLOPS: 780.1", "profile generic, 1 pass"):
         assert line in done.summary, (line, done.summary)
     assert done.summary in done.stdout  # printed at the end too
 
@@ -220,3 +243,12 @@ def test_missing_tools_and_modules_skip_their_steps_and_more_than_8_files_are_wa
     assert "skipped (no torchrun, no Python module torch)" in rows["resnet50"], done.summary
     assert rows["node-full"].rstrip().endswith("ok"), done.summary
     assert re.search(r"WARNING: 14 files under .* brings back 8 at most", done.stdout), done.stdout[-2000:]
+
+
+def test_gpu_session_steps_runs_only_the_steps_named(session) -> None:
+    done = session(480, GPU_SESSION_STEPS="busy-gpu,nvidia-smi")
+    rows = table(done.summary)
+    assert list(rows) == ORDER, done.summary
+    assert [name for name, row in rows.items() if "not asked" not in row] == ["nvidia-smi", "busy-gpu"], done.summary
+    assert {call[0] for call in done.calls} == {"nvidia-smi", "busy-gpu"}, done.calls
+    assert done.returncode == 0, done.stdout[-2000:]

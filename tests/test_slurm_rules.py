@@ -55,7 +55,7 @@ def test_show_node_reads_state_and_the_whole_reason(fake_bin, monkeypatch):
     ("slurm_load_node error: Unable to contact slurm controller (connect failure)", "slurmctld does not answer"),
     ("Node nosuch not found", "Slurm does not know node n1"),
     ("slurm_update error: Invalid user id", "not allowed to change node states"),
-    ("slurm_update error: Invalid node state specified", "Slurm refused to change n1's state"),
+    ("slurm_update error: Invalid node state specified", "Slurm refused to change the state of n1"),
     ("scontrol: error: Munge encode failed: Failed to access", "munge refused the request"),
     ("something new", "scontrol show node exited 1: something new"),
 ])
@@ -65,3 +65,38 @@ def test_every_refusal_is_one_line_saying_what_it_means(fake_bin, monkeypatch, s
     with pytest.raises(slurm.SlurmError) as caught:
         slurm.show_node("n1")
     assert str(caught.value).startswith(meaning) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("state, reason", [
+    ("DOWN", "admin: PSU swap"), ("DOWN+DRAIN", "admin: PSU swap"), ("FAIL", "RMA 4411"), ("IDLE+MAINT", ""),
+    ("MIXED+FAIL", "failing DIMM"), ("DOWN*", "Not responding"), ("IDLE+MAINT+DRAIN", "firmware"),
+])
+def test_a_node_someone_else_took_out_of_service_is_never_drained_over_or_resumed(state, reason):
+    """An admin's DOWN, FAIL or MAINT (with or without DRAIN) was drained over with a gpucheck: reason and later
+    resumed: their state is theirs to end."""
+    node = slurm.NodeState("n1", state, reason)
+    for verdict in ("fail", "pass", "error"):
+        action = slurm.decide(node, verdict, ["gpu.ecc_errors 2 uncorrected"])
+        assert action.verb == "keep", (verdict, action)
+    assert f"already {state} by someone else" in slurm.decide(node, "fail", ["x"]).reason
+
+
+@pytest.mark.parametrize("name", ["gpu-[01-26]", "a,b", "gpu-*", "gpu-0?", "gpu 1", "", "n=1"])
+def test_a_name_that_is_not_one_node_is_refused_before_scontrol_is_asked(fake_bin, monkeypatch, name):
+    """`scontrol update nodename=gpu-[01-26]` drains 26 nodes: gpucheck acts on exactly the node it judged."""
+    log = fake_bin.dir / "called"
+    fake_bin.add("scontrol", "NodeName=x State=IDLE\n")
+    (fake_bin.dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\n")
+    monkeypatch.setenv("PATH", fake_bin.path())
+    for attempt in (lambda: slurm.show_node(name), lambda: slurm.apply(slurm.Action("drain", name, "gpucheck: x"))):
+        with pytest.raises(slurm.SlurmError, match="is not one Slurm node name"):
+            attempt()
+    assert not log.exists()
+
+
+def test_a_refused_drain_says_drain_not_resume(fake_bin, monkeypatch):
+    fake_bin.add("scontrol", "slurm_update error: Invalid node state specified", 1)
+    monkeypatch.setenv("PATH", fake_bin.path())
+    with pytest.raises(slurm.SlurmError) as caught:
+        slurm.apply(slurm.Action("drain", "n1", "gpucheck: x"))
+    assert str(caught.value).startswith("Slurm refused to drain n1:") and "resume" not in str(caught.value)

@@ -83,6 +83,10 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--burn-seconds", type=burn_seconds, default=DEFAULT_BURN_S, metavar="SECONDS",
                       help="how long gpu.burn loads every GPU with GEMMs, NVML sampled twice a second; shorter than "
                            f"--bench-timeout (default: {DEFAULT_BURN_S:g})")
+    node.add_argument("--allow-busy", action="store_true",
+                      help="run the active checks also on a GPU another program is using (by default such a GPU's "
+                           "burn-in, peer, DCGM and NCCL checks are `error` \"busy: pid N (name) holds X GiB\" and "
+                           "do not run there); every figure then says it was taken beside that program")
     node.add_argument("--deadline", type=seconds, metavar="SECONDS",
                       help="limit for the whole run: what is not collected by then is `error` (\"not run: the "
                            "run's deadline passed\"), the report is made of the rest and written, exit 3 (2 if "
@@ -160,12 +164,16 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 def node_report(args: argparse.Namespace) -> int:
     from .node.kernel_log import remember_clean_run
-    from .node.pipeline import Options, UsageError, run_node
+    from .node.pipeline import Options, UsageError, all_checks, run_node
     from .report.node import render
 
     if args.slurm and args.full:
         fail("--slurm runs the passive checks within Slurm's health-check time; the burn-in (--full) takes "
              "minutes: run it in a job or from gpucheck cluster --full")
+    named_active = sorted({c.id for c in all_checks() if c.active} & set(args.only or [])) if args.slurm else []
+    if named_active:  # a health check must never load a GPU a job may be using
+        fail(f"--slurm runs the passive checks only, never an active one ({', '.join(named_active)}): run it in "
+             "a job on an idle node, or from gpucheck cluster --launcher slurm --full")
     if args.slurm_node and not args.slurm:
         fail("--slurm-node needs --slurm")
     deadline = args.deadline if args.deadline is not None or not args.slurm else SLURM_DEADLINE_S
@@ -174,30 +182,41 @@ def node_report(args: argparse.Namespace) -> int:
         report = run_node(Options(profile=args.profile, only=args.only, skip=args.skip, full=args.full,
                                   timeout=args.timeout, bench_timeout=args.bench_timeout, deadline=deadline,
                                   xid_lookback_s=args.xid_lookback, xid_since_boot=args.xid_since == "boot",
-                                  burn_seconds=args.burn_seconds),
+                                  burn_seconds=args.burn_seconds, allow_busy=args.allow_busy),
                           site)
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))
     if note := remember_clean_run(report.results):  # the next run's Xid window starts where this one read to
         print(f"gpucheck: note: {note}", file=sys.stderr)
+    # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk)
+    code = tell_slurm(args.slurm_node, report) if args.slurm else report.exit_code
     text = render(report, args.format)
-    if args.output is not None:
-        path = Path(args.output)
-        try:
-            if args.output.endswith("/"):  # Path() drops the slash that says "a directory"
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except FileExistsError:  # a file where a directory must be
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
-            write_atomically(path, text)
-        except OSError as exc:
-            fail(f"cannot write {args.output}: {exc.strerror or exc}")
-        counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
-        print(f"gpucheck node: {counts} — exit {report.exit_code}; report in {args.output}", file=sys.stderr)
-    else:
+    if args.output is None:
         sys.stdout.write(text)
-    return tell_slurm(args.slurm_node, report) if args.slurm else report.exit_code
+        return code
+    try:
+        write_report(args.output, text)
+    except OSError as exc:
+        if not args.slurm:
+            fail(f"cannot write {args.output}: {exc.strerror or exc}")
+        print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc} (Slurm was told first)",
+              file=sys.stderr)
+        return code
+    counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
+    print(f"gpucheck node: {counts} — exit {report.exit_code}; report in {args.output}", file=sys.stderr)
+    return code
+
+
+def write_report(output: str, text: str) -> None:
+    """--output: the report, atomically; an OSError says why not."""
+    if output.endswith("/"):  # Path() drops the slash that says "a directory"
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file where a directory must be
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
+    write_atomically(path, text)
 
 
 def tell_slurm(node: str | None, report: Any) -> int:

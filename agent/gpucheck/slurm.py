@@ -28,8 +28,7 @@ KNOWN_FAILURES = (
     (re.compile(r"Node \S+ not found|Invalid node name", re.I), "Slurm does not know node {node}"),
     (re.compile(r"Invalid user id|Access/permission denied|Permission denied", re.I),
      "not allowed to change node states (run as root or SlurmUser)"),
-    (re.compile(r"Invalid node state specified", re.I), "Slurm refused to change {node}'s state (a node whose slurmd "
-                                                         "does not respond cannot be resumed)"),
+    (re.compile(r"Invalid node state specified", re.I), "Slurm refused to {doing} {node}"),
     (re.compile(r"authentication error|Munge", re.I), "munge refused the request (is munged running, with the "
                                                       "cluster's key?)"),
 )
@@ -56,6 +55,11 @@ class NodeState:
         return "DRAIN" in self.flags or self.state.startswith("DRAIN")
 
     @property
+    def out_of_service(self) -> bool:
+        """Drained, down, failed or in maintenance: taken out of service by whoever set that state."""
+        return bool(self.flags & OUT_OF_SERVICE) or self.drained
+
+    @property
     def gpus(self) -> int:
         """The GPUs Slurm has as this node's GRES (gpu:8, gpu:h100:8(S:0-1), several types summed)."""
         counts = re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", self.gres)
@@ -67,11 +71,30 @@ class NodeState:
         return self.state == "IDLE"
 
     @property
+    def has_jobs(self) -> bool:
+        """A job runs (or is ending) there: its GPUs are someone's, no active check may load them."""
+        return bool(self.flags & {"ALLOCATED", "ALLOC", "MIXED", "COMPLETING", "COMP"})
+
+    @property
     def ours(self) -> bool:
         return self.reason.startswith(REASON_PREFIX)
 
 
-def scontrol(args: list[str], node: str = "") -> str:
+# A node name scontrol would read as more than one node (a hostlist: gpu-[01-26], a,b, gpu-*) or as nothing.
+NOT_ONE_NODE = re.compile(r"[\[\],*?\s=]|^$")
+# States in which someone (an admin, or Slurm itself) took the node out of service: theirs to end, not gpucheck's.
+OUT_OF_SERVICE = {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING", "MAINT"}
+
+
+def one_node(name: str) -> str:
+    """`name`, checked to mean exactly one node to scontrol: gpucheck acts on the node it judged, never a range."""
+    if NOT_ONE_NODE.search(name):
+        raise SlurmError(f"{name!r} is not one Slurm node name (scontrol reads [ ] , * ? = and blanks as a list or a "
+                         "pattern): give the node's own NodeName (--slurm-node, slurm_node_name)")
+    return name
+
+
+def scontrol(args: list[str], node: str = "", doing: str = "change the state of") -> str:
     """Run scontrol; its stdout, or a SlurmError saying in one line why not."""
     done = run(["scontrol", *args], SCONTROL_TIMEOUT_S)
     if done.not_found:
@@ -82,14 +105,14 @@ def scontrol(args: list[str], node: str = "") -> str:
         said = " ".join((done.stderr.strip() or done.stdout.strip()).split())
         for pattern, meaning in KNOWN_FAILURES:
             if pattern.search(said):
-                raise SlurmError(f"{meaning.format(node=node or '?')}: scontrol said: {said[:200]}")
+                raise SlurmError(f"{meaning.format(node=node or '?', doing=doing)}: scontrol said: {said[:200]}")
         raise SlurmError(f"scontrol {' '.join(args[:2])} exited {done.returncode}: {said[:200]}")
     return done.stdout
 
 
 def show_node(name: str) -> NodeState:
     """The node's state and reason (`scontrol show node NAME`: one `key=value` line each, Reason whole)."""
-    text = scontrol(["show", "node", name], name)
+    text = scontrol(["show", "node", one_node(name)], name)
     if re.search(r"(?:^|\s)State=\S", text) is None:
         raise SlurmError(f"Slurm does not know node {name}: scontrol show node printed no State")
     return _node_state(name, text)
@@ -168,9 +191,9 @@ def decide(current: NodeState, verdict: str, findings: list[str]) -> Action:
     error (could not judge: change nothing, a blip must never drain a node or put a bad one back)."""
     name = current.name
     if verdict == "fail":
-        if current.drained and not current.ours:
-            return Action("keep", name, f"already drained by someone else ({current.reason or 'no reason'}): "
-                                        "gpucheck leaves an admin's drain alone")
+        if current.out_of_service and not current.ours:
+            return Action("keep", name, f"already {current.state} by someone else ({current.reason or 'no reason'}): "
+                                        "gpucheck leaves an admin's state alone")
         reason = drain_reason(findings)
         if current.drained and current.reason == reason:
             return Action("keep", name, f"already drained for the same reason ({reason})")
@@ -187,6 +210,8 @@ def decide(current: NodeState, verdict: str, findings: list[str]) -> Action:
 
 def apply(action: Action) -> None:
     if action.verb == "drain":
-        scontrol(["update", f"nodename={action.node}", "state=drain", f"reason={action.reason}"], action.node)
+        scontrol(["update", f"nodename={one_node(action.node)}", "state=drain", f"reason={action.reason}"], action.node,
+                 "drain")
     elif action.verb == "resume":
-        scontrol(["update", f"nodename={action.node}", "state=resume"], action.node)
+        scontrol(["update", f"nodename={one_node(action.node)}", "state=resume"], action.node,
+                 "resume (a node whose slurmd does not respond cannot be resumed)")

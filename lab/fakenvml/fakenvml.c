@@ -52,7 +52,7 @@ typedef struct {
 
 enum ftype {
     T_STR, T_U32, T_U64, T_INT, T_BOOL, T_CC, T_REASONS, T_PAGES, T_LINKS,
-    T_BUSID, T_HEX128, T_FABSTATE, T_RETCODE
+    T_BUSID, T_HEX128, T_FABSTATE, T_RETCODE, T_PROCS
 };
 
 enum field {
@@ -63,7 +63,7 @@ enum field {
     F_CLOCKS, F_SM_CLOCK, F_TEMP, F_TEMP_SHUTDOWN, F_TEMP_SLOWDOWN, F_TEMP_GPU_MAX, F_TEMP_MEM_MAX,
     F_POWER, F_POWER_LIMIT, F_PCIE_GEN_CUR, F_PCIE_GEN_MAX, F_PCIE_W_CUR, F_PCIE_W_MAX,
     F_NVLINK_COUNT, F_NVLINK_DOWN, F_NUMA, F_FAB_STATE, F_FAB_STATUS, F_FAB_CLIQUE,
-    F_FAB_UUID, F_FAB_HEALTH,
+    F_FAB_UUID, F_FAB_HEALTH, F_PROCS_COMPUTE, F_PROCS_GRAPHICS,
     F_COUNT
 };
 
@@ -116,6 +116,8 @@ static const struct { const char *name; enum ftype type; } k_fields[F_COUNT] = {
     [F_FAB_CLIQUE] = {"fabric_clique_id", T_U32},
     [F_FAB_UUID] = {"fabric_cluster_uuid", T_HEX128},
     [F_FAB_HEALTH] = {"fabric_health_mask", T_U32},
+    [F_PROCS_COMPUTE] = {"compute_processes", T_PROCS},
+    [F_PROCS_GRAPHICS] = {"graphics_processes", T_PROCS},
 };
 
 enum sysfield { S_DRIVER, S_NVML, S_CUDA, S_GPU_COUNT, S_INIT_ERROR, S_PCI_GPU_COUNT, S_COUNT };
@@ -154,7 +156,8 @@ static const struct { const char *name; int per_gpu; } k_functions[] = {
     {"nvmlDeviceGetMaxPcieLinkGeneration", 1}, {"nvmlDeviceGetCurrPcieLinkWidth", 1},
     {"nvmlDeviceGetMaxPcieLinkWidth", 1}, {"nvmlDeviceGetNvLinkState", 1},
     {"nvmlDeviceGetNumaNodeId", 1}, {"nvmlDeviceGetGpuFabricInfo", 1},
-    {"nvmlDeviceGetGpuFabricInfoV", 1},
+    {"nvmlDeviceGetGpuFabricInfoV", 1}, {"nvmlDeviceGetComputeRunningProcesses_v3", 1},
+    {"nvmlDeviceGetGraphicsRunningProcesses_v3", 1},
 };
 #define K_FUNCTION_COUNT (sizeof k_functions / sizeof k_functions[0])
 
@@ -405,6 +408,43 @@ static int parse_list(const char *s, unsigned long long *items, unsigned int cap
     return 0;
 }
 
+/* "PID:BYTES PID:na ..." (commas or blanks between; na = NVML_VALUE_NOT_AVAILABLE) or "none". */
+static int parse_procs(const char *s, unsigned int *pids, unsigned long long *bytes, unsigned int cap,
+                       unsigned int *count)
+{
+    char buf[FAKE_VAL_LEN];
+    char *tok, *save = NULL;
+    unsigned int n = 0;
+    if (strcasecmp(s, "none") == 0) {
+        *count = 0;
+        return 0;
+    }
+    if (strlen(s) >= sizeof buf)
+        return -1;
+    memcpy(buf, s, strlen(s) + 1);
+    for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+        char *colon = strchr(tok, ':');
+        unsigned int pid;
+        unsigned long long b;
+        if (!colon || n >= cap)
+            return -1;
+        *colon = '\0';
+        if (parse_u32(tok, &pid) != 0)
+            return -1;
+        if (strcasecmp(colon + 1, "na") == 0)
+            b = (unsigned long long)NVML_VALUE_NOT_AVAILABLE;
+        else if (parse_u64(colon + 1, &b) != 0)
+            return -1;
+        pids[n] = pid;
+        bytes[n] = b;
+        n++;
+    }
+    if (n == 0)
+        return -1;
+    *count = n;
+    return 0;
+}
+
 /* "DDDDDDDD:BB:DD.F" (any hex widths); returns the four numbers. */
 static int parse_busid(const char *s, unsigned int *dom, unsigned int *bus, unsigned int *dev,
                        unsigned int *fn)
@@ -461,6 +501,10 @@ static int validate_type(enum ftype t, const char *s)
     case T_HEX128: return parse_hex128(s, raw);
     case T_FABSTATE: return parse_fabstate(s, &u32);
     case T_RETCODE: return parse_retcode(s, &rc);
+    case T_PROCS: {
+        unsigned int pids[FAKE_MAX_LIST];
+        return parse_procs(s, pids, list, FAKE_MAX_LIST, &count);
+    }
     }
     return -1;
 }
@@ -481,6 +525,7 @@ static const char *type_hint(enum ftype t)
     case T_HEX128: return "32 hex digits (dashes allowed)";
     case T_FABSTATE: return "not_supported, not_started, in_progress or completed";
     case T_RETCODE: return "an NVML return code (number or NVML_ERROR_* name)";
+    case T_PROCS: return "a list of PID:BYTES (BYTES may be na), or none";
     }
     return "?";
 }
@@ -1438,6 +1483,48 @@ nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCa
         addresses[i] = list[i];
     *pageCount = n;
     return NVML_SUCCESS;
+}
+
+/* The processes on a GPU (nvmlProcessInfo_t: pid, bytes, MIG instance ids). Unset: none (an idle GPU);
+ * `unsupported`: NOT_SUPPORTED. A size query (*infoCount too small) answers INSUFFICIENT_SIZE with the count. */
+static nvmlReturn_t list_processes(const fake_val *v, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    unsigned int pids[FAKE_MAX_LIST], n = 0, i;
+    unsigned long long bytes[FAKE_MAX_LIST];
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (v->state == VAL_UNSUPPORTED)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (v->state == VAL_SET && parse_procs(v->s, pids, bytes, FAKE_MAX_LIST, &n) != 0)
+        return NVML_ERROR_UNKNOWN;
+    if (*infoCount < n) {
+        *infoCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (n > 0 && !infos)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (i = 0; i < n; i++) {
+        infos[i].pid = pids[i];
+        infos[i].usedGpuMemory = bytes[i];
+        infos[i].gpuInstanceId = 0xFFFFFFFFu;
+        infos[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    *infoCount = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos)
+{
+    DEV_ENTER(device, g);
+    return list_processes(&g->f[F_PROCS_COMPUTE], infoCount, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                      nvmlProcessInfo_t *infos)
+{
+    DEV_ENTER(device, g);
+    return list_processes(&g->f[F_PROCS_GRAPHICS], infoCount, infos);
 }
 
 nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)

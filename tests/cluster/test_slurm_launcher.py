@@ -216,6 +216,39 @@ def test_only_idle_nodes_go_through_srun_the_others_say_why() -> None:
     plan = fanout.split([host("a"), host("b"), host("c"), host("d", slurm_node_name="gpu-d"), host("e"),
                                host("f")], states)
     assert [h.name for h in plan.srun] == ["a", "d"]
-    assert plan.ssh == {"b": "IDLE+DRAIN in Slurm (gpucheck: gpu.ecc_errors)", "c": "MIXED in Slurm",
+    assert plan.ssh == {"b": "IDLE+DRAIN in Slurm (gpucheck: gpu.ecc_errors)",
+                        "c": "MIXED in Slurm; a job runs there: passive checks only",
                         "e": "DOWN* in Slurm (Not responding)",
                         "f": "Slurm has no node f (set its slurm_node_name host variable)"}
+    assert plan.busy == {"c"}
+
+
+def test_a_node_running_a_job_gets_no_active_check_even_with_full(monkeypatch) -> None:
+    """--full through Slurm: the burn-in runs only where Slurm says no job runs; a node running one (checked over
+    SSH, as Slurm will not give it to us) gets the passive checks, so no job's GPUs are loaded."""
+    from gpucheck import slurm
+    from gpucheck.cluster import fanout as ssh_fanout
+    from gpucheck.cluster.context import NodeOutcome, Options
+    from gpucheck.cluster.inventory import Host
+    from gpucheck.model import Status
+
+    asked: dict[str, bool] = {}
+
+    def ssh_side(hosts, options, on_done):
+        for h in hosts:
+            asked[h.name] = options.full
+            on_done(NodeOutcome(h.name, Status.PASS, "", "", 0.0))
+
+    def srun_side(hosts, options, gpus, on_done):
+        for h in hosts:
+            asked[h.name] = options.full
+            on_done(NodeOutcome(h.name, Status.PASS, "", "", 0.0, via="srun"))
+
+    monkeypatch.setattr(ssh_fanout, "fan_out", ssh_side)
+    monkeypatch.setattr(fanout, "through_srun", srun_side)
+    states = {n: slurm.NodeState(n, s, "", "gpu:8") for n, s in (
+        ("idle", "IDLE"), ("mixed", "MIXED"), ("allocated", "ALLOCATED"), ("drained", "IDLE+DRAIN"),
+        ("draining", "MIXED+DRAIN"))}
+    hosts = [Host(n, "10.0.0.1", 22, "root", None, (), True) for n in states]
+    fanout.fan_out(hosts, Options(full=True), states)
+    assert asked == {"idle": True, "mixed": False, "allocated": False, "drained": True, "draining": False}

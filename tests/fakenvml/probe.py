@@ -93,6 +93,8 @@ GPU_CALLS: dict[str, Callable[[Any], Any]] = {
         h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
     "retired_pages_pending": nv.nvmlDeviceGetRetiredPagesPendingStatus,
     "remapped_rows": lambda h: list(nv.nvmlDeviceGetRemappedRows(h)),
+    "compute_processes": lambda h: [[p.pid, p.usedGpuMemory] for p in nv.nvmlDeviceGetComputeRunningProcesses(h)],
+    "graphics_processes": lambda h: [[p.pid, p.usedGpuMemory] for p in nv.nvmlDeviceGetGraphicsRunningProcesses(h)],
     "clocks_event_reasons": nv.nvmlDeviceGetCurrentClocksEventReasons,
     "clocks_throttle_reasons": nv.nvmlDeviceGetCurrentClocksThrottleReasons,
     "sm_clock_MHz": lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),

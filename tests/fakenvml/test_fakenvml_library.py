@@ -34,6 +34,7 @@ REQUIRED = {
 }
 # ... and a few more that are cheap and likely to be wanted.
 EXTRA = {"nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetTemperatureV",
+         "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
          "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByPciBusId_v2",
          "nvmlDeviceGetClockInfo"}  # the SM clock the burn-in samples
 # Function names a `hang`/`fail` rule may use: every exported symbol but nvmlErrorString.

@@ -73,6 +73,7 @@ def test_dgx_h100_gpu_values(healthy: ProbeResult, gpu: int) -> None:
     for key in ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"):
         assert healthy.error(key, gpu) == "NVMLError_NotSupported"  # Hopper remaps rows instead
     assert v("remapped_rows") == [0, 0, 0, 0]
+    assert v("compute_processes") == [] and v("graphics_processes") == []  # idle: no program on it
     assert v("clocks_event_reasons") == 0x1  # GPU idle only
     assert v("clocks_throttle_reasons") == 0x1
     assert v("sm_clock_MHz") == 345  # idle
@@ -190,6 +191,7 @@ FAULTS: dict[str, Any] = {
     "ecc-read-error": lambda h: {(3, f"ecc_{kind}_{scope}"): ("error", "NVMLError_Unknown")
                                  for kind in ("corrected", "uncorrected") for scope in ("volatile", "aggregate")},
     # the handle is given (first matching rule), every other answer about GPU 6 is an error
+    "busy": lambda h: {(3, "compute_processes"): _val([[576, 75971428352]])},
     "gpu-unresponsive": lambda h: {k: ("error", "NVMLError_Unknown") for k in h.answers
                                    if k[0] == 6 and k[1] != "handle"},
 }

@@ -42,9 +42,9 @@ def test_bandwidths_are_within_sane_bounds(real_run) -> None:
     assert 1 < host["h2d_GBps"] < 500 and 1 < host["d2h_GBps"] < 500
 
 
-def test_memtest_covers_the_free_memory_and_finds_nothing_on_a_healthy_gpu(real_run) -> None:
+def test_memtest_covers_most_of_the_gpus_memory_and_finds_nothing_on_a_healthy_gpu(real_run) -> None:
     memtest = real_run.result("memtest")
-    assert memtest["coverage"] >= 0.85
+    assert memtest["coverage"] >= 0.85  # of the whole memory: an idle GPU leaves the driver little
     assert memtest["bad_words"] == 0
 
 

@@ -179,12 +179,31 @@ def test_a_kernel_log_not_read_after_the_run_leaves_the_xids_unknown():
     assert result.status == Status.ERROR and "Xids during the run not known" in result.reason
 
 
-def test_memtest_that_covered_too_little_is_an_error_saying_how_much_was_free():
+def test_memtest_that_covered_too_little_is_an_error_saying_how_much_of_the_whole_memory():
     facts = node(1)
     gpu_result(facts, "GPU0", "memtest").update(bytes_tested=20 * GIB, coverage=0.256)
     result = speed_verdicts.memtest(facts, GENERIC)
     assert result.status == Status.ERROR
-    assert "could not test enough memory: 20.0 GiB of 78.1 GiB free (26% < 85%)" in result.reason
+    assert "could not test enough memory: 20.0 GiB of 79.6 GiB total (25% < 85%)" in result.reason
+
+
+def test_memory_another_program_holds_is_never_a_silent_memtest_pass():
+    """The real H200 beside a program holding 60 % of its memory: the worker tested 0.9 of what was free and
+    called it coverage 0.9; of the GPU's memory that is 36 %, which must not pass."""
+    facts = node(1)
+    total = facts["nvml"]["gpus"][0]["memory_total_MiB"] * 1024**2
+    free = int(total * 0.4)
+    gpu_result(facts, "GPU0", "memtest").update(free_bytes=free, bytes_tested=int(free * 0.9), coverage=0.9)
+    result = speed_verdicts.memtest(facts, GENERIC)
+    assert result.status == Status.ERROR
+    assert "28.7 GiB of 79.6 GiB total (36% < 85%)" in result.reason
+    assert result.measured["GPU0"]["coverage"] == 0.36
+
+
+def test_memtest_coverage_is_of_the_whole_memory_on_an_idle_gpu():
+    """An idle H100: 0.9 of what was free is 88 % of its 81,559 MiB, above the 85 % the profile asks."""
+    result = speed_verdicts.memtest(node(1), GENERIC)
+    assert result.status == Status.PASS and result.measured["GPU0"]["coverage"] == 0.883
 
 
 def test_an_unknown_gpu_is_measured_not_judged():

@@ -20,7 +20,8 @@ def node(fake_bin, tmp_path):
 
     def run(scenario: str, *args: str, fake_cupy: bool = True, timeout: float = 240, **knobs: str):
         env = env_for(scenario_path(scenario), build_library())
-        env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config), FAKECUPY_FREE_BYTES=str(SMALL_GPU_B), **knobs)
+        env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config), FAKECUPY_FREE_BYTES=str(SMALL_GPU_B),
+                   FAKECUPY_TOTAL_BYTES=str(SMALL_GPU_B * 105 // 100), **knobs)  # an idle GPU: nearly all free
         if fake_cupy:
             env["PYTHONPATH"] = str(FAKECUPY)
         done = run_gpucheck(["node", "--format", "json", *args], env, timeout=timeout)

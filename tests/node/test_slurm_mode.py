@@ -83,9 +83,35 @@ def test_an_admins_drain_is_never_undone_nor_overwritten(health_check, slurm):
     assert "drained by someone else (PSU swap, ticket 4711): only its owner resumes it" in healthy.stderr
     faulty = health_check("ecc-uncorrected")
     assert faulty.returncode == 2  # as a prolog: the job is requeued; the node was drained already
-    assert "gpucheck leaves an admin's drain alone" in faulty.stderr
+    assert "gpucheck leaves an admin's state alone" in faulty.stderr
     state, reason = slurm.state()
     assert "DRAIN" in state and reason == "PSU swap, ticket 4711"
+
+
+def test_an_admins_fail_state_is_never_drained_over_nor_resumed(health_check, slurm):
+    """A node an admin set DOWN, FAIL or MAINT with their own reason got a gpucheck: drain over it, and a later
+    pass resumed it. FAIL here: this Slurm's ReturnToService puts a DOWN node whose slurmd answers back by itself
+    (slurm.decide's unit tests take DOWN and MAINT)."""
+    slurm.set(state="fail", reason="admin: failing DIMM, ticket 4712")
+    try:
+        faulty = health_check("ecc-uncorrected")
+        assert faulty.returncode == 2 and "gpucheck leaves an admin's state alone" in faulty.stderr, faulty.stderr
+        healthy = health_check("dgx-h100")
+        assert healthy.returncode == 0, healthy.stderr
+        state, reason = slurm.state()
+        assert "FAIL" in state and reason == "admin: failing DIMM, ticket 4712", (state, reason)
+    finally:
+        slurm.set(state="resume")
+
+
+def test_a_report_that_cannot_be_written_still_drains_the_failed_node(health_check, slurm, tmp_path):
+    """A full disk (here: an --output under a file) exited 3 before telling Slurm: the failed node stayed in service."""
+    (tmp_path / "full").write_text("")
+    faulty = health_check("ecc-uncorrected", "--output", str(tmp_path / "full" / "node.json"))
+    state, reason = slurm.state()
+    assert "DRAIN" in state and reason.startswith("gpucheck: gpu.ecc_errors "), (state, reason, faulty.stderr)
+    assert faulty.returncode == 2, faulty.stderr
+    assert f"cannot write {tmp_path / 'full' / 'node.json'}: Not a directory (Slurm was told first)" in faulty.stderr
 
 
 def test_a_harness_error_neither_drains_nor_resumes(health_check, slurm):

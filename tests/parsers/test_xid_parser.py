@@ -59,10 +59,22 @@ def test_blackwell_nvlink_severity_comes_from_the_line() -> None:
 
 
 def test_the_table_is_used_when_the_line_has_no_word() -> None:
-    # Same NVLink code, no Fatal/Nonfatal word: the table's default; a Fatal word overrides it.
+    # Same NVLink code, no Fatal/Nonfatal word after the unit: the table's default.
     line = "NVRM: Xid (PCI:0000:01:00): {code}, {text}\n"
     assert xid(line.format(code=149, text="NETIR XC0 i0 Link 2"))["events"][0]["severity"] == SEVERITY[149]
-    assert xid(line.format(code=13, text="Graphics Exception Fatal"))["events"][0]["severity"] == "fatal"
+
+
+@pytest.mark.parametrize(("code", "text", "severity"), [
+    (13, "pid=4242, name=fatal, Graphics Exception: ESR 0x405840=0x3f", "info"),  # failed the node before
+    (48, "pid=4242, name=nonfatal, An uncorrectable double bit error (DBE) has been detected", "fatal"),  # warn before
+    (13, "pid=1, name=python, Graphics Exception Fatal", "info"),
+    (79, "pid=1, name=Nonfatal, GPU has fallen off the bus.", "fatal"),
+    (145, "RLW_RXPIPE Nonfatal XC0 i0 Link 13, pid=7, name=Fatal", "warn"),  # NVIDIA's word, not the name
+    (149, "NETIR XC0 i0 Link 2 pid=7, name=Fatal", SEVERITY[149]),
+])
+def test_severity_comes_from_the_code_never_from_a_process_name(code: int, text: str, severity: str) -> None:
+    line = f"[  12.5] NVRM: Xid (PCI:0000:3b:00): {code}, {text}\n"
+    assert xid(line)["events"][0]["severity"] == severity
 
 
 @pytest.mark.parametrize(("code", "severity"), [

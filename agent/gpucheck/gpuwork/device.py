@@ -103,8 +103,14 @@ def release_cached(cp: Any) -> None:
 
 
 def free_bytes(cp: Any) -> int:
+    return memory_bytes(cp)[0]
+
+
+def memory_bytes(cp: Any) -> tuple[int, int]:
+    """(free, total) bytes of the device, after what this process's pools held is given back."""
     release_cached(cp)
-    return int(cp.cuda.runtime.memGetInfo()[0])
+    free, total = cp.cuda.runtime.memGetInfo()
+    return int(free), int(total)
 
 
 def healthy(cp: Any) -> bool:

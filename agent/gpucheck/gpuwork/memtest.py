@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .device import free_bytes
+from .device import memory_bytes
 from .protocol import Interrupted, TestCannotRun
 
 WORD_BYTES = 8
@@ -166,7 +166,7 @@ def warm_up(cp: Any) -> None:
 
 def run(cp: Any, fraction: float = DEFAULT_FRACTION, max_chunk_bytes: int = MAX_CHUNK_BYTES) -> dict[str, Any]:
     warm_up(cp)
-    free = free_bytes(cp)
+    free, total = memory_bytes(cp)
     words = int(free * fraction) // WORD_BYTES
     chunk_bytes = chunk_size(free - words * WORD_BYTES, max_chunk_bytes)
     chunk_words = chunk_bytes // WORD_BYTES
@@ -181,12 +181,14 @@ def run(cp: Any, fraction: float = DEFAULT_FRACTION, max_chunk_bytes: int = MAX_
         findings.add("address", verify(cp, buf, ADDRESS, chunk_words))
         moving_inversion(cp, buf, chunk_words, findings)
     except Exception as exc:  # an uncorrectable ECC error mid-test: the bad words found so far are evidence
-        raise Interrupted(exc, figures(free, words * WORD_BYTES, chunk_bytes, findings)) from exc
-    return figures(free, words * WORD_BYTES, chunk_bytes, findings)
+        raise Interrupted(exc, figures(free, total, words * WORD_BYTES, chunk_bytes, findings)) from exc
+    return figures(free, total, words * WORD_BYTES, chunk_bytes, findings)
 
 
-def figures(free: int, tested: int, chunk_bytes: int, findings: Findings) -> dict[str, Any]:
+def figures(free: int, total: int, tested: int, chunk_bytes: int, findings: Findings) -> dict[str, Any]:
+    """coverage: the share of the GPU's whole memory tested, so that memory another program holds shows."""
     offsets = [p * WORD_BYTES for p in sorted(findings.bad_positions)[:REPORTED_OFFSETS]]
-    return {"free_bytes": free, "bytes_tested": tested, "coverage": round(tested / free, 4) if free else 0.0,
+    return {"free_bytes": free, "total_bytes": total, "bytes_tested": tested,
+            "coverage": round(tested / total, 4) if total else 0.0,
             "patterns": PATTERN_NAMES, "bad_words": findings.bad_words(), "bad_offsets": offsets,
             "bad_by_pattern": findings.bad_by_pattern, "chunk_bytes": chunk_bytes}

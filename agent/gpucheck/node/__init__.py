@@ -45,6 +45,7 @@ class Context:
     interpreters: Interpreters = field(default_factory=Interpreters)  # the stacks' pythons, as this run found them
     selected: tuple[str, ...] | None = None  # the ids of the checks this run evaluates; None: not known (all)
     burn_seconds: float = 60.0  # --burn-seconds: how long gpu.burn loads each GPU
+    allow_busy: bool = False  # --allow-busy: active checks also on a GPU another program uses (busy.py)
 
     @property
     def call_limit(self) -> float:

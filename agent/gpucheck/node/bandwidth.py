@@ -13,6 +13,7 @@ from ..process import run
 from ..profiles import Profile
 from . import Check, Context
 from .burnin.runner import gpu_program, run_programs
+from .busy import refuse_if_busy
 from .per_gpu import live_gpus
 
 # "Avg bus bandwidth" averages the whole size sweep; one large size gives the pass/fail figure.
@@ -23,6 +24,7 @@ MIB = 1024**2
 
 
 def collect(ctx: Context) -> dict[str, Any]:
+    refuse_if_busy(ctx, "the NCCL all-reduce (every GPU at once)")
     gpus = len(live_gpus(ctx.facts.get("nvml") or {})) or 1
     size = str(ctx.profile.get("bandwidth", "nccl_allreduce_size_B", DEFAULT_SIZE_B) if ctx.profile else DEFAULT_SIZE_B)
     done = run(["all_reduce_perf", "-b", size, "-e", size, "-g", str(gpus), "-n", "20", "-w", "5", "-c", "1"],
@@ -135,6 +137,6 @@ def allreduce(f: dict[str, Any], p: Profile) -> Result:
                   evidence=evidence)
 
 
-CHECKS = [Check("bw.nccl_allreduce", ("nvml?", "nccl_bw"), allreduce,
+CHECKS = [Check("bw.nccl_allreduce", ("nvml?", "gpu_users", "nccl_bw"), allreduce,
                 "NCCL all-reduce bus bandwidth across the node's GPUs (all_reduce_perf, else built in)", active=True)]
 COLLECTORS = {"nccl_bw": collect}

@@ -20,6 +20,7 @@ from ..parsers import ParseError, parse
 from ..process import run
 from ..profiles import Profile
 from . import Check, CollectError, Context
+from .busy import refuse_if_busy
 
 CHECK = "gpu.dcgm"
 DEFAULT_LEVEL = 2
@@ -47,6 +48,7 @@ def level_of(profile: Profile | None) -> int:
 
 def collect(ctx: Context) -> dict[str, Any]:
     level = level_of(ctx.profile)
+    refuse_if_busy(ctx, "dcgmi diag (every GPU at once)")
     argv = ["dcgmi", "diag", "-r", str(level), "-j"]
     done = run(argv, ctx.bench_timeout)
     if done.not_found:
@@ -172,5 +174,6 @@ def diag(f: dict[str, Any], p: Profile) -> Result:
                   f"DCGM level {level}: {counts['pass']} tests passed{skipped}", evidence=evidence)
 
 
-CHECKS = [Check(CHECK, ("dcgm",), diag, "DCGM's diagnostic, dcgmi diag -r N (burnin.dcgm_level)", active=True)]
+CHECKS = [Check(CHECK, ("nvml?", "gpu_users", "dcgm"), diag, "DCGM's diagnostic, dcgmi diag -r N (burnin.dcgm_level)",
+                active=True)]
 COLLECTORS = {"dcgm": collect}

@@ -226,6 +226,20 @@ class _Collector:
             ("width", nv.nvmlDeviceGetCurrPcieLinkWidth), ("width_max", nv.nvmlDeviceGetMaxPcieLinkWidth))}
         gpu["nvlink"] = self.nvlinks(gpu, handle)
         gpu["numa_node"] = field(gpu, "numa_node", nv.nvmlDeviceGetNumaNodeId, handle)
+        gpu["processes"] = self.processes(gpu, handle)
+
+    def processes(self, gpu: dict[str, Any], handle: Any) -> list[dict[str, Any]]:
+        """The programs on the GPU: [{"pid", "used_MiB" (None: not reported), "kind": compute | graphics}]. Read
+        before the agent starts any GPU work of its own, so none of them is the agent's (busy.py)."""
+        nv, found = self.nv, []
+        for kind, name in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                           ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+            fn = getattr(nv, f"{name}_v3", None) or getattr(nv, name)  # _v3: NVML's own name in error records
+            for p in self._field(gpu, f"{kind}_processes", fn, handle) or []:
+                used = p.usedGpuMemory
+                found.append({"pid": int(p.pid), "used_MiB": None if used is None else used // (1024 * 1024),
+                              "kind": kind})
+        return found
 
     def ecc_counts(self, gpu: dict[str, Any], handle: Any) -> dict[str, int | None] | None:
         nv = self.nv

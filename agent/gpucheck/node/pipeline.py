@@ -20,13 +20,28 @@ from .. import __version__, profiles
 from ..config import NodeConfig
 from ..model import Report, Result, Status
 from ..process import CallTimeout, call_with_timeout
-from . import Check, CollectError, Context, bandwidth, dcgm, gpu, health, host, infiniband, kernel_log, links, nvml
+from . import (
+    Check,
+    CollectError,
+    Context,
+    bandwidth,
+    busy,
+    dcgm,
+    gpu,
+    health,
+    host,
+    infiniband,
+    kernel_log,
+    links,
+    nvml,
+)
 from .burnin import checks as burnin
 from .burnin import p2p
 from .stack import frameworks, libraries, pins
 
 # The burn-in (burnin, p2p, dcgm) before bw.*: each loads the GPUs in turn, never two at once.
-DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, pins, burnin, p2p, dcgm, bandwidth, host]
+DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, pins, busy, burnin, p2p, dcgm, bandwidth,
+           host]
 
 
 class UsageError(Exception):
@@ -78,6 +93,7 @@ class Options:
     xid_lookback_s: float | None = None  # None: kernel_log.XID_LOOKBACK_S
     xid_since_boot: bool = False
     burn_seconds: float = 60.0  # --burn-seconds
+    allow_busy: bool = False  # --allow-busy: active checks also on a GPU another program uses
 
 
 # The default --deadline: room for several probes to use their whole --timeout (a hung NVML call, a framework
@@ -214,7 +230,8 @@ def run_node(options: Options, config: NodeConfig) -> Report:
                          f"({options.bench_timeout:g}): each GPU's worker is killed at --bench-timeout, burn included")
     ctx = Context(timeout=options.timeout, bench_timeout=options.bench_timeout, config=config,
                   xid_lookback_s=options.xid_lookback_s, xid_since_boot=options.xid_since_boot,
-                  selected=tuple(c.id for c in checks), burn_seconds=options.burn_seconds)
+                  selected=tuple(c.id for c in checks), burn_seconds=options.burn_seconds,
+                  allow_busy=options.allow_busy)
     deadline = options.deadline or default_deadline(options.timeout, options.bench_timeout, options.full)
     gather = Gatherer(ctx, deadline, began)
     profile = choose_profile(options.profile, config, gather)

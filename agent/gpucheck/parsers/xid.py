@@ -29,8 +29,9 @@ KIND = "xid"
 #   fatal: the catalog's immediate action is a GPU reset, node reboot or RMA -> drain the node.
 #   warn:  worth attention (can be hardware, or needs a reset at the next convenient time).
 #   info:  usually caused by the application, or informational (restart the app, nothing else).
-# Codes not listed are "warn": unknown is never silently fine. Where the log line itself says
-# "Fatal"/"Nonfatal" (Blackwell NVLink Xids 144-150), that word overrides this table.
+# Codes not listed are "warn": unknown is never silently fine. Severity comes from the code, never from words
+# elsewhere in the line (a process name is the user's choice: `name=fatal`). The one exception is NVIDIA's own:
+# the Blackwell NVLink Xids 144-150 say Fatal/Nonfatal right after their unit name, and that word decides.
 SEVERITY: dict[int, str] = {
     8: "warn",     # GPU stopped processing (timeout); RESTART_APP, contact support if it repeats
     13: "info",    # Graphics Engine Exception: usually an application fault (out-of-bounds, illegal instruction)
@@ -93,7 +94,8 @@ _XID = re.compile(
 )
 _PID = re.compile(r"\bpid=(?P<pid>'?[^,\s]*)")
 _PROCESS = re.compile(r"\bname=(?P<name>[^,\s]+)")
-_WORD_SEVERITY = re.compile(r"\b(?P<word>Nonfatal|Non-fatal|Fatal)\b", re.IGNORECASE)
+WORD_SEVERITY_CODES = range(144, 151)
+_WORD_SEVERITY = re.compile(r"^[A-Z][A-Z0-9_]* (?P<word>Nonfatal|Non-fatal|Fatal)\b")  # "NETIR_LINK_EVT Fatal XC0"
 _RECOVERED = re.compile(r"to 0x0 \(None\)")  # Xid 154 going back to "no action needed"
 _FALLEN = re.compile(r"fallen off the bus", re.IGNORECASE)
 _PCI_ADDRESS = re.compile(r"(?<![0-9A-Fa-f:])(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
@@ -153,8 +155,8 @@ def _line_uptime(line: str) -> float | None:
 
 
 def _severity(xid: int, message: str) -> str:
-    if word := _WORD_SEVERITY.search(message):
-        return "fatal" if word["word"].lower() == "fatal" else "warn"
+    if xid in WORD_SEVERITY_CODES and (word := _WORD_SEVERITY.match(message)):
+        return "fatal" if word["word"] == "Fatal" else "warn"
     if xid == 154 and _RECOVERED.search(message):
         return "info"
     return SEVERITY.get(xid, "warn")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import NamedTuple
 
 from ... import slurm
@@ -27,24 +28,29 @@ ALLOCATE_S = 30.0  # srun --immediate: the nodes were idle a moment ago; waiting
 
 
 class Split(NamedTuple):
-    """What srun should run where, and where SSH goes instead (host name -> why)."""
+    """What srun should run where, and where SSH goes instead (host name -> why); `busy`: the SSH hosts where a job
+    runs, checked without the active checks whatever --full says (their GPUs are the job's)."""
 
     srun: list[Host]
     ssh: dict[str, str]
+    busy: set[str]
 
 
 def split(hosts: list[Host], states: dict[str, slurm.NodeState]) -> Split:
     """Hosts srun can run on now, and the others with why not."""
-    ready, other = [], {}
+    ready, other, busy = [], {}, set()
     for host in hosts:
         state = states.get(srun.node_name(host))
         if state is None:
             other[host.name] = f"Slurm has no node {srun.node_name(host)} (set its slurm_node_name host variable)"
         elif not state.runs_jobs_now:
             other[host.name] = f"{state.state} in Slurm" + (f" ({state.reason})" if state.reason else "")
+            if state.has_jobs:
+                busy.add(host.name)
+                other[host.name] += "; a job runs there: passive checks only"
         else:
             ready.append(host)
-    return Split(ready, other)
+    return Split(ready, other, busy)
 
 
 def outcome(host: str, task: srun.Task | None, seconds: float, wall_s: float, srun_said: str) -> NodeOutcome:
@@ -116,14 +122,16 @@ def fan_out(hosts: Iterable[Host], options: Options, states: dict[str, slurm.Nod
             if on_done:
                 on_done(result)
 
-    by_ssh = [h for h in hosts if h.name in plan.ssh]
-    side = threading.Thread(target=fanout.fan_out, args=(by_ssh, options, done), daemon=True,
-                            name="gpucheck-ssh-aside") if by_ssh else None
-    if side:
+    by_ssh = [h for h in hosts if h.name in plan.ssh and h.name not in plan.busy]
+    with_jobs = [h for h in hosts if h.name in plan.busy]
+    asides = [threading.Thread(target=fanout.fan_out, args=(group, group_options, done), daemon=True,
+                               name="gpucheck-ssh-aside")
+              for group, group_options in ((by_ssh, options), (with_jobs, replace(options, full=False))) if group]
+    for side in asides:
         side.start()
     gpus = min((states[srun.node_name(h)].gpus for h in plan.srun), default=0)
     through_srun(plan.srun, options, gpus, done)
-    if side:
+    for side in asides:
         side.join()
     return {h.name: outcomes[h.name] for h in hosts if h.name in outcomes}
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import skus
 from .. import Check, CollectError, Context
+from ..busy import beside, busy
 from ..links import sysfs_pci_address
 from ..per_gpu import live_gpus
 from . import burn_verdicts, speed_verdicts
@@ -120,7 +121,9 @@ def collect_gpuwork(ctx: Context) -> dict[str, Any]:
     no_gpu_list(ctx)
     tests = selected_tests(ctx)
     gpus = live_gpus(ctx.facts["nvml"])
-    placed = {label_of(g): g for g in gpus if g.get("uuid")}
+    users = ctx.facts.get("gpu_users")
+    held, shared = busy(users), beside(users)
+    placed = {label_of(g): g for g in gpus if g.get("uuid") and label_of(g) not in held}
     buses = {label: g["pci_bus_id"] for label, g in placed.items() if g.get("pci_bus_id")}
     cpus = gpu_cpus(ctx, buses)
     programs = {label: worker_program(ctx, g, tests, cpus.get(label)) for label, g in placed.items()}
@@ -131,18 +134,21 @@ def collect_gpuwork(ctx: Context) -> dict[str, Any]:
     for gpu in gpus:
         label = label_of(gpu)
         outcome = outcomes.get(label) or Outcome()
-        if label not in placed:
+        if label in held:
+            outcome.unavailable = held[label]
+        elif label not in placed:
             outcome.unavailable = "the worker cannot be pointed at this GPU: NVML gave no UUID for it"
         facts[label] = {"index": gpu["index"], "uuid": gpu.get("uuid"), "pci_bus_id": gpu.get("pci_bus_id"),
                         "cpus": cpus.get(label), "begin": outcome.begin, "unavailable": outcome.unavailable,
                         "results": outcome.results, "not_finished": not_finished(outcome, tests, ctx.bench_timeout),
                         "exit": outcome.exit, "timed_out": outcome.timed_out, "stuck": outcome.stuck,
-                        "seconds": outcome.seconds, "stderr_tail": outcome.stderr_tail}
+                        "seconds": outcome.seconds, "stderr_tail": outcome.stderr_tail,
+                        "busy": label in held, "beside": shared.get(label)}
     return {"tests": tests, "burn_seconds": ctx.burn_seconds, "gpus": facts, "xids_during": xids,
             "xid_error": xid_error, "uptime_began_s": began}
 
 
-NEEDS = ("nvml?", "pci_gpus?", "sku", "gpuwork")  # without NVML: gpuwork says why
+NEEDS = ("nvml?", "pci_gpus?", "sku", "gpu_users", "gpuwork")  # without NVML: gpuwork says why
 CHECKS = [
     Check("gpu.gemm", NEEDS, speed_verdicts.gemm,
           "dense GEMM TFLOP/s per dtype against the SKU's data-sheet peak (burn-in)", active=True),

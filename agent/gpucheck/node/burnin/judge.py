@@ -16,6 +16,7 @@ from typing import Any
 
 from ...model import Result, Status, worst
 from ...profiles import Profile
+from ..busy import BUSY_HINT
 from ..health import DEFAULT_FAIL_REASONS
 
 # docs/burnin.md's defaults: what a profile without the key gets (checks/generic.yaml states the same).
@@ -167,7 +168,10 @@ def combine(check: str, found: dict[str, Judged], gpus: list[Gpu], ok_reason: st
     statuses = {j.status for j in found.values()}
     if Status.FAIL in statuses and remediation:
         hints.append(remediation)
-    if Status.ERROR in statuses:
+    errors = [g for g in gpus if found.get(g.label) and found[g.label].status == Status.ERROR]
+    if any(g.work.get("busy") for g in errors):
+        hints.append(BUSY_HINT)
+    if any(not g.work.get("busy") for g in errors):
         hints.append(WORKER_HINT)
     evidence = "\n".join(f"--- {named.get(g.label, g.label)}, the worker's standard error (last lines):\n"
                          f"{g.work.get('stderr_tail', '').strip()}" for g in gpus
@@ -186,4 +190,6 @@ def judge_each(check: str, test: str, f: dict[str, Any], judge: Callable[[Gpu, d
     for gpu in gpus:
         got = outcome(gpu, test)
         found[gpu.label] = got if isinstance(got, Judged) else judge(gpu, got)
+        if gpu.work.get("beside"):  # --allow-busy: the figure is not the GPU's alone
+            found[gpu.label].reason = "; ".join(filter(None, (found[gpu.label].reason, gpu.work["beside"])))
     return combine(check, found, gpus, ok_reason(found), remediation)

@@ -16,6 +16,7 @@ from typing import Any
 from ...model import Result, Status
 from ...profiles import Profile
 from .. import Check, Context
+from ..busy import refuse_if_busy
 from ..per_gpu import live_gpus
 from .checks import no_gpu_list
 from .judge import WORKER_HINT, Gpu, fmt, gpu_view, pcie_link, setting, shown
@@ -30,6 +31,7 @@ REMEDIATION = ("check gpu.nvlink (links down, Xid 74) and, on NVSwitch systems, 
 def collect(ctx: Context) -> dict[str, Any]:
     """{"gpus": [labels, CUDA device order], "skipped" | "unavailable" | "result" | "not_finished", ...}."""
     no_gpu_list(ctx)
+    refuse_if_busy(ctx, "the peer copies (every pair at once, one program)")
     gpus = live_gpus(ctx.facts["nvml"])
     placed = [g for g in gpus if g.get("uuid")]
     facts: dict[str, Any] = {"gpus": [f"GPU{g['index']}" for g in placed],
@@ -153,6 +155,6 @@ def p2p_bandwidth(f: dict[str, Any], p: Profile) -> Result:
     return Result(check, Status.PASS, measured, shown_expected, "; ".join([reason, *notes]))
 
 
-CHECKS = [Check("gpu.p2p_bandwidth", ("nvml?", "pci_gpus?", "sku", "p2p"), p2p_bandwidth,
+CHECKS = [Check("gpu.p2p_bandwidth", ("nvml?", "pci_gpus?", "sku", "gpu_users", "p2p"), p2p_bandwidth,
                 "peer-to-peer copy GB/s of every GPU pair against NVLink or PCIe; the slow GPU named", active=True)]
 COLLECTORS = {"p2p": collect}

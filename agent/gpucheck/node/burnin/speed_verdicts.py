@@ -15,12 +15,14 @@ from ...profiles import Profile
 from ..per_gpu import field_error, read_finding
 from .judge import Gpu, Judged, fmt, judge_each, pcie_link, setting, settle, shown
 
-GIB = 1024**3
+MIB, GIB = 1024**2, 1024**3
 
 
 def size(nbytes: float) -> str:
     """Bytes as a person reads them: GiB from 1 GiB up, MiB below."""
-    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB else f"{nbytes / 1024**2:.1f} MiB"
+    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB else f"{nbytes / MIB:.1f} MiB"
+
+
 OFFSETS_SHOWN = 4
 
 
@@ -161,12 +163,17 @@ def memtest(f: dict[str, Any], p: Profile) -> Result:
     coverage_min = setting(p, "memtest_coverage_min")
 
     def judge(gpu: Gpu, result: dict[str, Any]) -> Judged:
-        bad, coverage = result.get("bad_words"), result.get("coverage")
-        tested, free = result.get("bytes_tested") or 0, result.get("free_bytes") or 0
+        bad, tested = result.get("bad_words"), result.get("bytes_tested") or 0
+        # coverage of the GPU's whole memory (the worker's device total, else NVML's), so that memory another
+        # program holds is never a silent pass; an older worker's share of free memory only where neither is known
+        total_MiB = gpu.nvml.get("memory_total_MiB")
+        total = result.get("total_bytes") or (total_MiB * MIB if isinstance(total_MiB, int) and total_MiB > 0 else None)
+        coverage = round(tested / total, 3) if total else result.get("coverage")
+        of = f"{size(total)} total" if total else f"{size(result.get('free_bytes') or 0)} free (no total known)"
         measured = {"bad_words": bad, "coverage": round(coverage, 3) if isinstance(coverage, float) else coverage,
                     "bytes_tested": tested}
         judged = Judged(Status.PASS, measured={k: v for k, v in measured.items() if v is not None},
-                        expected={"bad_words": "0", "coverage": f">= {coverage_min:g}"})
+                        expected={"bad_words": "0", "coverage": f">= {coverage_min:g} of the GPU's memory"})
         if not isinstance(bad, int):
             return Judged(Status.ERROR, "no bad-word count in the worker's result", judged.measured, judged.expected)
         if bad > 0:
@@ -180,8 +187,8 @@ def memtest(f: dict[str, Any], p: Profile) -> Result:
         if not isinstance(coverage, (int, float)) or coverage < coverage_min:
             shown = f"{coverage:.0%}" if isinstance(coverage, (int, float)) else "an unknown share"
             judged.status = Status.ERROR
-            judged.reason = (f"could not test enough memory: {size(tested)} of {size(free)} free "
-                             f"({shown} < {coverage_min:.0%}); another process holding GPU memory?")
+            judged.reason = (f"could not test enough memory: {size(tested)} of {of} ({shown} < {coverage_min:.0%}); "
+                             "the rest is held by another program or the driver, untested")
             return judged
         judged.reason = ""
         return judged
