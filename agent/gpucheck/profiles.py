@@ -219,9 +219,19 @@ def validate(data: dict[str, Any], origin: str) -> None:
                                    f"{exc}") from None
 
 
+# Keys that hold a version or compute capability: "535.54.03", "12.2", 9.0. Anything else ("latest", "")
+# would compare as no version at all and enforce nothing.
+VERSION_KEYS = ("_version_min", "compute_capability_min")
+VERSION = re.compile(r"\d{1,6}(\.\d{1,6}){0,3}")
+
+
 def _check_value(origin: str, section: str, key: str, value: Any) -> None:
-    """Numbers finite and in range; list items among the known names; disk paths absolute."""
+    """Numbers finite and in range; versions written as versions; list items among the known names; disk paths
+    absolute."""
     name = f"{section}.{key}"
+    if key.endswith(VERSION_KEYS) and not isinstance(value, bool) and not VERSION.fullmatch(str(value).strip()):
+        raise ProfileError(f"{origin}: '{name}' must be a version such as \"535.54.03\" or \"12.2\", got "
+                           f"{_shown(value)}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         fraction = key.endswith(("_fraction", "_fraction_min"))
         low, high, low_open = RANGES.get((section, key)) or (FRACTION if fraction else NON_NEGATIVE)

@@ -342,6 +342,7 @@ def test_finding_the_report_is_linear_in_the_output() -> None:
     ({"facts": {"frameworks": {"tf": "2.15"}}}, "facts.frameworks.tf is a string, not a mapping"),
     ({"host": ["n1"]}, "host is a list, not text"),
     ({"exit_code": 3}, "exit_code 3 but its results say 0"),
+    ({"results": [], "exit_code": 0}, "results is empty: the agent judged no check"),  # counted as passing before
 ])
 def test_a_report_of_the_wrong_shape_says_what_is_wrong(change, problem) -> None:
     from gpucheck.cluster import agent_report

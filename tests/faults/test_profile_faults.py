@@ -87,6 +87,14 @@ BAD_VALUE: dict[str, tuple[str, str]] = {
                         "known: nccl, mpi, gloo, ddl, ccl, mlsl)"),
     "list-item-not-a-name": ("libraries:\n  required: [3]\n", "'libraries.required' holds names, got 3"),
     "inherits-not-text": ("inherits: [generic, lab]\n", "'inherits' must be text, got ['generic', 'lab']"),
+    # a version that is no version compared as nothing and enforced nothing
+    "driver-latest": ("gpu:\n  driver_version_min: latest\n",
+                      "'gpu.driver_version_min' must be a version such as \"535.54.03\" or \"12.2\", got 'latest'"),
+    "cuda-empty": ("gpu:\n  cuda_driver_version_min: ''\n",
+                   "'gpu.cuda_driver_version_min' must be a version such as \"535.54.03\" or \"12.2\", got ''"),
+    "capability-word": ("gpu:\n  compute_capability_min: hopper\n",
+                        "'gpu.compute_capability_min' must be a version such as \"535.54.03\" or \"12.2\", got "
+                        "'hopper'"),
     "bad-regex": ("gpu:\n  name_regex: 'H100('\n",
                   "'gpu.name_regex' is a bad regular expression 'H100(': missing ), unterminated subpattern "
                   "at position 4"),

@@ -104,3 +104,14 @@ def test_the_selected_network_wins_over_another_that_initialised() -> None:
             "node01:1201:1288 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.11<0>\n"
             "node01:1201:1288 [0] NCCL INFO Using network Socket\n")
     assert parse("nccl-debug", text)["transports"] == ["NET/Socket"]
+
+
+@pytest.mark.parametrize("line", [
+    "gpu1:123:456 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB",
+    "gpu1:123:456 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+])
+def test_the_ib_selection_line_alone_names_the_network_nccl_uses(line):
+    """NCCL's `NET/IB : Using [0]mlx5_0:1/IB` line, with no "Using network" line after it (a log cut early)."""
+    r = parse("nccl-debug", line + "\n")
+    assert r["transports"] == ["NET/IB"]
+    assert r["ib_devices"] == [{"index": 0, "device": "mlx5_0", "port": 1, "link_layer": "IB"}]

@@ -201,3 +201,15 @@ def test_the_average_after_a_failed_out_of_bounds_line_is_kept(joiner: str) -> N
     r = nccl(text)
     assert r["footers"] == [{"out_of_bounds": 4, "avg_busbw_GBps": 4.79995}]
     assert (r["out_of_bounds"], r["avg_busbw_GBps"], r["failed"]) == (4, 4.79995, True)
+
+
+def test_footers_indented_by_a_space_after_a_failed_check_are_read() -> None:
+    """Some captures indent the footer lines that follow "# Out of bounds values : N FAILED" by a space."""
+    text = (REAL / "nccl-tests" / "gh200-2node-allreduce-wrong-96-32-at-1MB-FAILED-v2.17.8-nccltests369.txt"
+            ).read_text()
+    indented = text.replace("# Out of bounds values : 4 FAILED\n# Avg bus bandwidth",
+                            "# Out of bounds values : 4 FAILED\n # Avg bus bandwidth")
+    assert indented != text
+    r = parse("nccl-tests", indented)
+    assert r["footers"] == [{"out_of_bounds": 4, "avg_busbw_GBps": 4.79995}]
+    assert r["out_of_bounds"] == 4 and r["avg_busbw_GBps"] == 4.79995

@@ -67,3 +67,15 @@ def test_prometheus_one_gauge_per_status_with_escaped_labels() -> None:
     assert len(ecc) == len(Status) and sum(line.endswith(" 1") for line in ecc) == 1
     assert 'gpucheck_check_status{host="node\\"01",profile="dgx-h100",check="gpu.ecc_errors",status="fail"} 1' in ecc
     assert 'gpucheck_exit_code{host="node\\"01",profile="dgx-h100"} 2' in lines
+
+
+def test_junit_is_well_formed_whatever_the_kernel_log_held() -> None:
+    """dmesg's control bytes in gpu.xid's evidence made `node --format junit` write a junit.xml no parser reads."""
+    dirty = "[  5.1] NVRM: Xid 79\x00\x1b[31m\x07 fallen\x0c off\x1f the bus\ud800"
+    report = Report("n1\x01", "generic", [Result("gpu.xid", Status.FAIL, {"GPU0": [79]}, "none", f"Xid 79 {dirty}",
+                                                  "reboot", dirty)], started="2026-01-01T00:00:00+00:00")
+    text = render(report, "junit")
+    suite = ET.fromstring(text.split("\n", 1)[1])  # raised ParseError ("not well-formed") before
+    failure = suite.find("testcase/failure")
+    assert failure.text == "reboot\n[  5.1] NVRM: Xid 79[31m fallen off the bus"
+    assert suite.get("name") == "gpucheck.node.n1"

@@ -118,6 +118,8 @@ def problem(report: dict[str, Any]) -> str | None:
     results = report.get("results")
     if not isinstance(results, list):
         return f"results is {kind_of(results)}, not a list" if "results" in report else "results is missing"
+    if not results:  # an agent that judged nothing proved nothing: never a passing node
+        return "results is empty: the agent judged no check"
     for index, result in enumerate(results):
         found = result_problem(index, result)
         if found:

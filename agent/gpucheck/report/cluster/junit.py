@@ -1,22 +1,14 @@
 """The cluster report as JUnit XML: a suite of cluster checks and one suite per node. Text from the
-nodes may hold what XML 1.0 cannot (a terminal's escape sequences, NUL): such characters are dropped,
-so the file always parses."""
+nodes may hold what XML 1.0 cannot (a terminal's escape sequences, NUL): such characters are dropped
+(junit_xml.xml_text), so the file always parses."""
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..junit_xml import document, failure_message
+from ..junit_xml import document, failure_message, xml_text
 from .wording import number, status_of
-
-NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def xml_text(value: Any) -> str:
-    """Text XML 1.0 can hold."""
-    return NOT_XML.sub("", str(value))
 
 
 def _seconds(value: Any) -> str:
