@@ -115,9 +115,11 @@ def test_a_shorter_look_back_and_an_old_fallen_gpu_and_storm(node):
         "at 1843 s after boot")
     assert result["measured"]["older"] == {"events": 630, "counts": {"45": 629}, "fallen_off_bus": ["0000:b3:00"]}
     assert result["measured"]["fallen_off_bus"] == []
-    # remembered up to where the window began, though the log ends before: nothing before it is judged again
-    assert json.loads(node.state.read_text())["read_to_s"] == 5400.0
-    node.state.unlink()
+    # a look-back shorter than the default passed: not a clean run (it did not judge what the default window
+    # holds), so the next default run still judges the fallen GPU; remembered, it stopped being judged
+    assert not node.state.exists()
+    code, result, _ = node.run(None)
+    assert (code, result["status"]) == (2, "fail") and result["reason"].startswith("GPU 0000:b3:00 has fallen off")
     code, result, _ = node.run(None, "--xid-lookback", "7200")  # the GPU fell 7157 s ago: inside 2 h
     assert (code, result["status"]) == (2, "fail") and result["reason"].startswith("GPU 0000:b3:00 has fallen off")
 
@@ -340,4 +342,30 @@ def test_bad_window_options_are_one_line_and_exit_3(node, args, message):
     done = run_gpucheck(["node", "--profile", "generic", "--only", "gpu.xid", *args], node.env())
     assert (done.returncode, done.stdout) == (3, "")
     assert done.stderr == f"gpucheck: error: {message} (see --help)\n"
+    assert not node.state.exists()
+
+
+# ---------------------------------------------------------------- the log's clock and what cannot be read
+
+def test_time_spent_suspended_never_ages_an_event(node):
+    """/proc/uptime counts the 25 h the machine slept, the log's stamps do not: the Xid 79 logged a minute before
+    the suspend was judged 25 h old, outside the 24 h window, and the run saved as clean."""
+    log = (QUIET + xid(1000.0, 79, "0000:5d:00", "GPU has fallen off the bus.")
+           + "[ 1060.000000] PM: suspend entry (deep)\n[ 1060.100000] Timekeeping suspended for 90000.000 seconds\n"
+           + "[ 1060.200000] PM: suspend exit\n")
+    node.boot(1000.0 + 90000.0 + 100.0)
+    code, result, _ = node.run(log)
+    assert (code, result["status"]) == (2, "fail"), result["reason"]
+    assert "25 h spent suspended (in /proc/uptime, not in the log's stamps) is not counted" in result["reason"]
+    assert not node.state.exists()
+
+
+def test_a_journal_this_user_may_not_read_is_not_a_clean_log(node, fake_bin):
+    """As a non-root user: dmesg refused, journalctl printed nothing with exit 0, and gpu.xid said PASS."""
+    fake_bin.add("dmesg", "", exit_code=1)
+    (fake_bin.dir / "dmesg.out").write_text("")
+    fake_bin.add("journalctl", "")
+    code, result, _ = node.run(None)
+    assert (code, result["status"]) == (3, "error")
+    assert "journalctl -k printed nothing (exit 0): this user may not read the journal" in result["reason"]
     assert not node.state.exists()

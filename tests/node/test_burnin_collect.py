@@ -220,3 +220,16 @@ def test_the_pipeline_starts_the_workers_once_for_all_the_burn_in_checks(machine
                                        "memtest_coverage": 0.9, "sdc_checksum": "5f" * 32,
                                        "sdc_inputs": "n=4096, seed 7"}
     assert summary["sdc"]["checksum"] == "5f" * 32 and summary["sdc"]["disagree"] == []
+
+
+def test_an_xid_during_the_run_is_found_after_the_machine_was_suspended(monkeypatch):
+    """/proc/uptime (when the run began) counts the 25 h the machine slept; the Xid's stamp does not: it was logged
+    during the run, 50 s after the run began on the log's clock, and was missed."""
+    from gpucheck.node import kernel_log
+    from gpucheck.node.burnin.host import xids_during
+
+    log = {"events": [{"xid": 48, "pci": "0000:18:00", "severity": "fatal", "uptime_s": 1050.0, "message": "DBE"}],
+           "suspended_s": 90000.0}
+    monkeypatch.setattr(kernel_log, "collect", lambda ctx: log)
+    found, error = xids_during(Context(), 1000.0 + 90000.0, {"GPU0": "00000000:18:00.0"})
+    assert error is None and [e["xid"] for e in found["GPU0"]] == [48]

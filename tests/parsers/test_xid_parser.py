@@ -165,7 +165,22 @@ def test_the_log_reaches_its_last_stamp_and_fallen_reports_keep_theirs() -> None
 def test_healthy_kernel_log_has_no_events() -> None:
     r = xid("[    0.000000] Linux version 6.1.0-18-amd64\n[    3.2] nvidia: loading out-of-tree module\n")
     assert r == {"events": [], "counts": {}, "fallen_off_bus": [], "fallen_reports": [], "last_uptime_s": 3.2,
-                 "worst_severity": None, "stray_bytes": 0}
+                 "worst_severity": None, "suspended_s": 0.0, "stray_bytes": 0}
+
+
+def test_iso_8601_stamps_are_read_with_their_time() -> None:
+    """As some distributions and log shippers print the kernel log: the Xid was read, its time was not."""
+    r = xid("kern: warning: [2026-04-22T21:26:20.599Z]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=app, "
+            "GPU has fallen off the bus.\n")
+    assert [(e["xid"], e["timestamp"], e["uptime_s"]) for e in r["events"]] == [(79, "2026-04-22T21:26:20.599Z", None)]
+    quiet = xid("kern  :info  : [2026-04-22T21:26:20,599012+00:00] Linux version 6.1.0-18-amd64\n")
+    assert quiet["events"] == []  # a kernel log with no Xid, not "not a kernel log"
+
+
+def test_the_time_spent_suspended_is_added_up() -> None:
+    r = xid("[ 1000.5] PM: suspend entry (deep)\n[ 1000.6] Timekeeping suspended for 90000.250 seconds\n"
+            "[ 1000.7] PM: suspend exit\n[ 2000.0] Suspended for 12.5 seconds\n")
+    assert r["suspended_s"] == 90012.75 and r["last_uptime_s"] == 2000.0
 
 
 def test_log_cut_mid_line_keeps_the_complete_events() -> None:

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,11 @@ def collect(ctx: Context) -> dict[str, Any]:
             attempts.append(done.describe_failure())
             continue
         parsed: dict[str, Any] = {"events": [], "fallen_off_bus": [], "counts": {}}  # an empty ring buffer
+        if argv[0] == "journalctl" and not done.stdout.strip():
+            # the journal always holds this boot's kernel messages: nothing at all means not allowed to read them
+            attempts.append("journalctl -k printed nothing (exit 0): this user may not read the journal's kernel "
+                            "messages (not in group adm or systemd-journal?); no log is not a clean log")
+            continue
         if done.stdout.strip():
             try:
                 parsed = parse("xid", done.stdout)
@@ -64,7 +70,8 @@ def collect(ctx: Context) -> dict[str, Any]:
                 attempts.append(f"{argv[0]}: output not readable as a kernel log: {exc}")
                 unreadable.append(_head(argv, done.stdout))
                 continue
-        return {"source": argv[0], **parsed, "window": read_window(argv[0], _lookback(ctx)),
+        window = read_window(argv[0], _lookback(ctx), parsed.get("suspended_s") or 0.0)
+        return {"source": argv[0], **parsed, "window": window,
                 "evidence": "\n".join(line for line in done.stdout.splitlines() if "NVRM" in line)}
     reason = "cannot read the kernel log: " + "; ".join(attempts)
     if unreadable:
@@ -87,26 +94,46 @@ def _lookback(ctx: Context) -> float | None:
     return ctx.xid_lookback_s or XID_LOOKBACK_S
 
 
-def read_window(source: str, lookback_s: float | None) -> dict[str, Any]:
+def clock_suspended_s() -> float:
+    """The time this machine spent suspended since boot, by its clocks: CLOCK_BOOTTIME (which /proc/uptime reads)
+    counts it, CLOCK_MONOTONIC (the kernel log's stamps) does not."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return 0.0
+    return max(0.0, time.clock_gettime(boottime) - time.clock_gettime(time.CLOCK_MONOTONIC))
+
+
+def read_window(source: str, lookback_s: float | None, logged_suspended_s: float = 0.0) -> dict[str, Any]:
     """Where the judged events begin, in seconds since boot (`start_s`; None: at boot) and how to say it
-    (`since`), with what remembering a clean run needs (`boot_id`, `source`). What cannot be read is a note,
-    never an error, and only ever widens the window."""
+    (`since`), with what remembering a clean run needs (`boot_id`, `source`, `default_start_s`: where the default
+    look-back would begin). What cannot be read is a note, never an error, and only ever widens the window.
+
+    The log's stamps leave out the time spent suspended, /proc/uptime does not: "now" on the log's clock is the
+    uptime less that time (the larger of what the log says and what the clocks say), so no event is judged older
+    than it is."""
     notes: list[str] = []
     boot_id, uptime = _boot_id(notes), _uptime(notes)
+    suspended = max(logged_suspended_s, clock_suspended_s())
+    now = None if uptime is None else max(0.0, uptime - suspended)
+    if now is not None and suspended >= 1:
+        notes.append(f"{_span(round(suspended))} spent suspended (in /proc/uptime, not in the log's stamps) is not "
+                     "counted in the events' age")
     window: dict[str, Any] = {"since": "since boot", "start_s": None, "boot_id": boot_id, "source": source,
-                              "uptime_s": uptime, "notes": notes}
+                              "uptime_s": uptime, "default_start_s": None, "notes": notes}
     if lookback_s is None:
         window["since"] = "since boot (--xid-since boot)"
         return window
-    starts = []
-    if uptime is not None and uptime > lookback_s:
-        starts.append((uptime - lookback_s, f"in the last {_span(lookback_s)} (since {uptime - lookback_s:.0f} s "
-                                            f"after boot)"))
     clean = _last_clean_run(boot_id, source, uptime, notes)
-    if clean is not None:
-        starts.append((clean, f"since the last clean run ({clean:.0f} s after boot)"))
+    starts = [(clean, f"since the last clean run ({clean:.0f} s after boot)")] if clean is not None else []
+    if now is not None and now > lookback_s:
+        starts.append((now - lookback_s, f"in the last {_span(lookback_s)} (since {now - lookback_s:.0f} s "
+                                         f"after boot)"))
     if starts:
         window["start_s"], window["since"] = max(starts)
+    defaults = [clean] if clean is not None else []
+    if now is not None and now > XID_LOOKBACK_S:
+        defaults.append(now - XID_LOOKBACK_S)
+    window["default_start_s"] = max(defaults, default=None)
     return window
 
 
@@ -217,6 +244,9 @@ def remember_clean_run(results: list[Result]) -> str | None:
     window = result.measured.get("window") or {}
     if not window.get("boot_id") or window.get("read_to_s") is None:
         return None
+    start, default = window.get("start_s"), window.get("default_start_s")
+    if start is not None and (default is None or start > default):
+        return None  # a shorter look-back than the default passed: what it did not judge is not clean
     path = state_dir() / STATE_FILE
     # never back before where this run's window began (a log cut short since, `dmesg -C`)
     reach = max(window["read_to_s"], window.get("start_s") or 0.0)
@@ -281,6 +311,7 @@ def xid(f: dict[str, Any], p: Profile) -> Result:
         "counts": counts_by_code(events), "fallen_off_bus": fallen,
         "window": {"since": window.get("since", "since boot"), "start_s": start, "boot_id": window.get("boot_id"),
                    "source": log.get("source"), "uptime_s": window.get("uptime_s"),
+                   "default_start_s": window.get("default_start_s"),
                    "read_to_s": log.get("last_uptime_s"), "notes": window.get("notes", [])}}
     suffix = ""
     if older or old_reports:

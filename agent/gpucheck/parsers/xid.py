@@ -8,8 +8,10 @@ bytes (NUL, control characters, bytes that are not UTF-8): they are dropped and 
 
 Each event (and each "fallen off the bus" report, in `fallen_reports`) carries `uptime_s`, its time in
 seconds since boot, where the line says it: dmesg's `[ 1234.567890]` stamp (journalctl -o short-monotonic
-writes the same) or a /dev/kmsg record's microseconds; None for wall-clock stamps (dmesg -T, syslog, ISO)
-and lines without a stamp. `last_uptime_s` is the latest such stamp in the whole text: how far it reaches.
+writes the same) or a /dev/kmsg record's microseconds; None for wall-clock stamps (dmesg -T, syslog, ISO 8601 as
+`[2026-04-22T21:26:20.599Z]`, which `timestamp` keeps) and lines without a stamp. `last_uptime_s` is the latest
+such stamp in the whole text: how far it reaches. `suspended_s` is the time the kernel says it spent suspended
+("Timekeeping suspended for N seconds"): /proc/uptime counts it, the since-boot stamps do not.
 """
 
 from __future__ import annotations
@@ -101,16 +103,21 @@ _FALLEN = re.compile(r"fallen off the bus", re.IGNORECASE)
 _PCI_ADDRESS = re.compile(r"(?<![0-9A-Fa-f:])(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
 
 # How a line of kernel log starts, to tell a kernel log (even one with no Xid) from other text.
-_DMESG_STAMP = re.compile(r"\[\s*(?P<ts>\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
+_DMESG_STAMP = re.compile(r"\[\s*(?P<ts>\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+                          r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\]")
 _SYSLOG_STAMP = re.compile(
     r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*)(?: \S+)? kernel:"
 )
 _KMSG = re.compile(r"^\d+,\d+,(?P<ts>\d+),[^;]*;")
+# dmesg -x (and log shippers after it): "kern  :warn  : " or "kern: warning: " before the stamp
+_DECODED = re.compile(r"^kern\s*:\s*(?:emerg|alert|crit|err|warn|warning|notice|info|debug)\s*:")
 # Seconds since boot: dmesg's (and journalctl -o short-monotonic's) "[ 1234.567890]"; digits bounded so that
 # no stamp reads as infinity.
 _UPTIME = re.compile(r"\[\s*(?P<s>\d{1,12}\.\d{1,9})\]")
 MAX_KMSG_DIGITS = 18  # a /dev/kmsg stamp is in microseconds: 18 digits are 31,000 years
 _JOURNAL_NOTE = re.compile(r"^-- (?:Logs begin|Journal begins|No entries|Boot )")
+# kernel/time/timekeeping_debug.c: "Timekeeping suspended for 90000.123 seconds" (older kernels: "Suspended for")
+_SUSPENDED = re.compile(r"\b(?:Timekeeping suspended|Suspended) for (?P<s>\d{1,12}(?:\.\d{1,9})?) seconds")
 
 
 def counts_by_code(events: list[dict[str, Any]]) -> dict[str, int]:
@@ -182,7 +189,7 @@ def _event(line: str, match: re.Match) -> dict:
 
 def _is_kernel_log(line: str) -> bool:
     return bool("NVRM:" in line or _DMESG_STAMP.match(line.lstrip()) or _SYSLOG_STAMP.match(line)
-                or _KMSG.match(line) or _JOURNAL_NOTE.match(line))
+                or _DECODED.match(line) or _KMSG.match(line) or _JOURNAL_NOTE.match(line))
 
 
 @guard(KIND)
@@ -193,7 +200,10 @@ def parse(text: str) -> dict:
         raise ParseError(f"not {KIND} input: no kernel log lines (dmesg, journalctl, syslog or kmsg)")
     events, reports = [], []
     stamps: list[float] = []
+    suspended = 0.0
     for line in lines:
+        if match := _SUSPENDED.search(line):
+            suspended += float(match["s"])
         match = _XID.search(line)
         if match:
             events.append(_event(line, match))
@@ -216,5 +226,6 @@ def parse(text: str) -> dict:
         "fallen_reports": reports,
         "last_uptime_s": max(stamps, default=None),
         "worst_severity": max(severities, key=_RANK.__getitem__, default=None),
+        "suspended_s": suspended,
         "stray_bytes": stray,
     }

@@ -75,9 +75,11 @@ def xids_during(ctx: Context, began_s: float | None, buses: dict[str, str]) -> t
         return {}, f"the kernel log could not be read after the run: {exc.reason}"
     devices = {label: device_of(bus) for label, bus in buses.items()}
     found: dict[str, list[dict[str, Any]]] = {label: [] for label in buses}
+    # /proc/uptime counts time spent suspended, the log's stamps do not: the run began this much earlier on theirs
+    began_on_log = began_s - max(kernel_log.clock_suspended_s(), log.get("suspended_s") or 0.0)
     for event in log.get("events", []):
         stamp = event.get("uptime_s")
-        if not isinstance(stamp, (int, float)) or stamp < began_s:
+        if not isinstance(stamp, (int, float)) or stamp < began_on_log:
             continue
         where = device_of(event.get("pci"))
         for label, device in devices.items():
