@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.fakenvml import build_library, env_for, scenario_path
+from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for
 from support import ROOT, by_check, report_of, run_gpucheck
 
 FAKECUPY = ROOT / "tests" / "fakecupy"
@@ -69,3 +69,18 @@ def test_a_wedged_gpu_costs_its_own_checks_and_the_other_gpus_report(node):
     assert "GPU3" in memtest["reason"] and "killed at --bench-timeout (20 s) during memtest" in memtest["reason"]
     assert all(memtest["measured"][f"GPU{i}"]["bad_words"] == 0 for i in range(8) if i != 3)
     assert checks["gpu.sdc"]["status"] == "pass"  # GPU3 delivered its checksum before its memtest hung
+
+
+@pytest.mark.parametrize(("scenario", "finding"), [
+    ("seven-of-eight", "PCI bus: not burnt in: 1 of 8 GPUs on the PCI bus not visible to NVML: 0000:db:00.0"),
+    ("gpu-lost", "GPU4: not burnt in: NVML: GPU is lost"),
+])
+def test_only_an_active_check_on_a_node_with_a_gpu_gone_fails_for_it(node, tmp_path, scenario, finding):
+    """`--only gpu.memtest` on a node whose GPU fell off NVML tested the others, left that GPU out and passed."""
+    sysfs = write_pci_tree_for(scenario_path(scenario), tmp_path / "sys")
+    code, checks = node(scenario, "--profile", "dgx-h100", "--only", "gpu.memtest", GPUCHECK_SYSFS_ROOT=str(sysfs))
+    memtest = checks["gpu.memtest"]
+    assert code == 2 and memtest["status"] == "fail", memtest
+    assert finding in memtest["reason"], memtest["reason"]
+    assert "reseat it, check its power and PCIe link" in memtest["remediation"]
+    assert all(memtest["measured"][f"GPU{i}"]["bad_words"] == 0 for i in range(7) if i != 4)  # the others tested

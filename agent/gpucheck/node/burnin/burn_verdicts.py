@@ -18,7 +18,7 @@ from typing import Any
 
 from ...model import Result, Status
 from ...profiles import Profile
-from .judge import Gpu, Judged, combine, fmt, gpus_of, judge_each, outcome, setting, settle, shown
+from .judge import Gpu, Judged, combine, fmt, gpus_of, judge_each, outcome, setting, settle, shown, unreached
 
 XID_OF_OUR_KILL = 45  # "preemptive cleanup": what the driver logs when a process with GPU work in flight is killed
 NORMAL_REASONS = {"sw_power_cap": "the GPU at its power limit, normal under load", "gpu_idle": "between kernels"}
@@ -148,8 +148,8 @@ def model_groups(gpus: list[Gpu], checksums: dict[str, str], inputs: dict[str, s
 
 
 def sdc(f: dict[str, Any], p: Profile) -> Result:
-    gpus = gpus_of(f)
-    if not gpus:
+    gpus, gone = gpus_of(f), unreached(f)
+    if not gpus and not gone:
         return Result("gpu.sdc", Status.SKIP, reason="no GPU to run the burn-in on")
     found: dict[str, Judged] = {}
     checksums: dict[str, str] = {}
@@ -164,7 +164,7 @@ def sdc(f: dict[str, Any], p: Profile) -> Result:
             checksums[gpu.label] = got["checksum"]
             inputs[gpu.label] = f" (n={got.get('n')}, seed {got.get('seed')})"
             found[gpu.label] = Judged(Status.PASS, measured={"checksum": got["checksum"][:CHECKSUM_SHOWN]})
-    if len(gpus) == 1 and checksums:
+    if len(gpus) == 1 and checksums and not gone:
         return Result("gpu.sdc", Status.SKIP, {label: j.measured for label, j in found.items()}, None,
                       "one GPU: gpucheck cluster compares it across nodes")
     for model, group in model_groups(gpus, checksums, inputs).items():
@@ -185,4 +185,4 @@ def sdc(f: dict[str, Any], p: Profile) -> Result:
             found[label].expected = {"checksum": "the same on every GPU of one model"}
     return combine("gpu.sdc", found, gpus, "the same seeded GEMM gave bitwise-identical results on every GPU",
                    "silent data corruption: the GPU named computes wrong results without raising an error; drain "
-                   "the node, rerun `gpucheck node --only gpu.sdc`, and RMA the GPU if it recurs")
+                   "the node, rerun `gpucheck node --only gpu.sdc`, and RMA the GPU if it recurs", gone)

@@ -17,6 +17,7 @@ from typing import Any
 from ...model import Result, Status, worst
 from ...profiles import Profile
 from ..busy import BUSY_HINT
+from ..gpu import missing_from_nvml
 from ..health import DEFAULT_FAIL_REASONS
 
 # docs/burnin.md's defaults: what a profile without the key gets (checks/generic.yaml states the same).
@@ -33,6 +34,8 @@ DEFAULTS: dict[str, Any] = {
 # (242 of 256 bytes carry data). Gen5 x16 = 63 GB/s, as the H100 data sheet's "128 GB/s" bidirectional.
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 WORKER_HINT = "the worker's standard error is in the evidence; rerun with --only on the check to reproduce"
+UNREACHED_HINT = ("a GPU NVML cannot reach was not burnt in (gpu.count says the same): reseat it, check its power and "
+                  "PCIe link, reboot; RMA it if it stays lost")
 
 
 def setting(p: Profile, key: str) -> Any:
@@ -152,8 +155,22 @@ def grouped(found: dict[str, Judged], named: dict[str, str], passed: bool) -> li
     return [f"{', '.join(labels)}: {text}" for text, labels in by_text.items()]
 
 
-def combine(check: str, found: dict[str, Judged], gpus: list[Gpu], ok_reason: str, remediation: str) -> Result:
-    """One Result: the worst GPU's status; each finding once, with every GPU it was found on."""
+def unreached(f: dict[str, Any]) -> dict[str, str]:
+    """The node's GPUs no worker could run on because NVML cannot reach them (lost, or on the PCI bus and not in
+    NVML), each a finding: `--only gpu.gemm` on a node with a GPU gone must not pass on the others alone."""
+    nvml = f.get("nvml") or {}
+    found = {f"GPU{g['index']}": f"not burnt in: {g.get('lost_reason') or 'NVML: GPU is lost'}"
+             for g in nvml.get("gpus", []) if g.get("lost")}
+    if missing := missing_from_nvml(nvml, f.get("pci_gpus")):
+        found["PCI bus"] = f"not burnt in: {missing}"
+    return found
+
+
+def combine(check: str, found: dict[str, Judged], gpus: list[Gpu], ok_reason: str, remediation: str,
+            gone: dict[str, str] | None = None) -> Result:
+    """One Result: the worst GPU's status; each finding once, with every GPU it was found on. `gone`: the GPUs
+    NVML cannot reach (unreached), each a failure."""
+    found = {**found, **{label: Judged(Status.FAIL, why) for label, why in (gone or {}).items()}}
     measured = {label: judged.measured for label, judged in found.items() if judged.measured}
     expectations = [judged.expected for judged in found.values() if judged.expected]
     expected: Any = None
@@ -164,8 +181,8 @@ def combine(check: str, found: dict[str, Judged], gpus: list[Gpu], ok_reason: st
     named = {gpu.label: gpu.named for gpu in gpus}
     problems, notes = grouped(found, named, passed=False), grouped(found, named, passed=True)
     reason = "; ".join([ok_reason, *problems, *notes] if status == Status.PASS else problems)
-    hints = []
-    statuses = {j.status for j in found.values()}
+    hints = [UNREACHED_HINT] if gone else []
+    statuses = {j.status for label, j in found.items() if label not in (gone or {})}
     if Status.FAIL in statuses and remediation:
         hints.append(remediation)
     errors = [g for g in gpus if found.get(g.label) and found[g.label].status == Status.ERROR]
@@ -183,8 +200,8 @@ def combine(check: str, found: dict[str, Judged], gpus: list[Gpu], ok_reason: st
 def judge_each(check: str, test: str, f: dict[str, Any], judge: Callable[[Gpu, dict[str, Any]], Judged],
                ok_reason: Callable[[dict[str, Judged]], str], remediation: str) -> Result:
     """Judge every GPU's result of `test` on its own and combine the findings."""
-    gpus = gpus_of(f)
-    if not gpus:
+    gpus, gone = gpus_of(f), unreached(f)
+    if not gpus and not gone:
         return Result(check, Status.SKIP, reason="no GPU to run the burn-in on")
     found: dict[str, Judged] = {}
     for gpu in gpus:
@@ -192,4 +209,4 @@ def judge_each(check: str, test: str, f: dict[str, Any], judge: Callable[[Gpu, d
         found[gpu.label] = got if isinstance(got, Judged) else judge(gpu, got)
         if gpu.work.get("beside"):  # --allow-busy: the figure is not the GPU's alone
             found[gpu.label].reason = "; ".join(filter(None, (found[gpu.label].reason, gpu.work["beside"])))
-    return combine(check, found, gpus, ok_reason(found), remediation)
+    return combine(check, found, gpus, ok_reason(found), remediation, gone)
