@@ -380,3 +380,21 @@ def test_interpret_tolerates_a_banner_before_the_report() -> None:
     assert outcome.kind == "report" and outcome.status == Status.PASS and outcome.report == report
     outcome = fanout.interpret("n1", "", "", 124, 300.0, 300)
     assert (outcome.status, outcome.kind) == (Status.FAIL, "timeout")
+
+
+def test_a_report_cut_for_its_size_is_said_so_not_called_a_crash() -> None:
+    """A node report over the bound the fan-out keeps was read as "agent crashed"."""
+    from gpucheck.cluster.agent_report import find as agent_report_of
+    from gpucheck.cluster.ssh.output import Bounded
+
+    report = node_report("n1")
+    report["results"][0]["evidence"] = "x" * 5000
+    text = json.dumps(report) + "\n"
+    kept = Bounded(tail_chars=1000, head_chars=100)
+    for start in range(0, len(text), 50):
+        kept.add(text[start:start + 50])
+    assert agent_report_of(kept.text()) is None  # cut in two: no report can be read from it
+    outcome = fanout.interpret("n1", kept.text(), "", 0, 1.0, 300)
+    assert (outcome.status, outcome.kind) == (Status.ERROR, "oversized")
+    assert outcome.reason.startswith("report too large: the agent's output ran over what gpucheck keeps") \
+        and "characters cut" in outcome.reason

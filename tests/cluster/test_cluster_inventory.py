@@ -170,6 +170,29 @@ def test_a_host_name_that_is_not_one_word_is_refused(tmp_path: Path, name: str, 
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(("variables", "message"), [
+    ({"ansible_host": "-oProxyCommand=touch /tmp/pwned"}, "n2: ansible_host '-oProxyCommand=touch /tmp/pwned' is not "),
+    ({"ansible_host": "-np"}, "n2: ansible_host '-np' is not one word"),
+    ({"ansible_user": "-lroot"}, "n2: ansible_user '-lroot' is not one word"),
+    ({"ib_address": "10.0.0.2 --mca"}, "n2: ib_address '10.0.0.2 --mca' is not one word"),
+    ({"slurm_node_name": "--partition=x"}, "n2: slurm_node_name '--partition=x' is not one word"),
+    ({"slurm_node_name": ""}, "n2: slurm_node_name '' is not one word"),
+])
+def test_no_inventory_value_reaches_a_command_line_as_an_option(tmp_path: Path, variables: dict, message: str) -> None:
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"n1": {}, "n2": variables}}}}}))
+    with pytest.raises(InventoryError) as caught:
+        load([str(path)])
+    assert str(caught.value).startswith(message) and "read as an option" in str(caught.value)
+
+
+def test_a_host_named_like_an_option_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"n1": {}, "-oProxyCommand=x": {}}}}}}))
+    with pytest.raises(InventoryError, match="host name '-oProxyCommand=x' starts with '-'"):
+        load([str(path)])
+
+
 @pytest.mark.parametrize(("pattern", "limit", "message"), [
     (None, "node01,nothere", "--limit 'nothere' matches no host or group in "),
     (None, "!nothere", "--limit 'nothere' matches no host or group in "),

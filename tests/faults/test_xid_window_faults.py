@@ -237,12 +237,22 @@ def test_the_state_is_written_only_after_a_pass(node):
     assert node.state.read_text() == before
 
 
-@pytest.mark.parametrize(("where", "why"), [("missing", "No such file or directory"), ("a-file", "Not a directory"),
-                                           ("state-is-a-directory", "Is a directory")])
+def test_a_missing_state_dir_is_made_private_on_the_first_clean_run(node):
+    """It was a note ("No such file or directory") and the clean run was never remembered."""
+    state_dir = node.tmp / "no" / "such" / "dir"
+    code, result, stderr = node.run(QUIET, GPUCHECK_STATE_DIR=str(state_dir))
+    assert (code, result["status"], stderr) == (0, "pass", "")
+    assert json.loads((state_dir / "xid-window.json").read_text())["boot_id"] == BOOT
+    assert (state_dir.stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize(("where", "why"), [("a-file", "Not a directory"), ("state-is-a-directory", "Is a directory"),
+                                           ("under-a-file", "Not a directory")])
 def test_an_unwritable_state_dir_costs_the_run_nothing_but_a_note(node, where, why):
     state_dir = node.state_dir
-    if where == "missing":
-        state_dir = node.tmp / "no" / "such" / "dir"
+    if where == "under-a-file":
+        (node.tmp / "plain").write_text("")
+        state_dir = node.tmp / "plain" / "dir"
     elif where == "a-file":
         state_dir = node.tmp / "plain-file"
         state_dir.write_text("")

@@ -181,6 +181,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     from ..report import cluster as report
+    from ..report.cluster.redact import for_terminal
     from . import fanout, handoff, progress
     from .context import ClusterContext
     from .inventory import InventoryError, load
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
                     slurm_fanout.fan_out(inventory.hosts, options, slurm_nodes, done)
                 ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
             if slurm_nodes is not None:
-                print(slurm_fanout.summary(ctx.nodes))
+                print(for_terminal(slurm_fanout.summary(ctx.nodes)))
             handoff.fail_safe(ctx.nodes)
             save()
             for name, stage in stages.STAGES:
@@ -266,20 +267,21 @@ def run(args: argparse.Namespace) -> int:
                 doc = save(interrupted=True)
             except OSError as error:
                 return fail(f"cannot write the report in {directory}: {error.strerror or error}")
-            sys.stdout.write(report.render_summary(doc, directory))
+            sys.stdout.write(for_terminal(report.render_summary(doc, directory), newlines=True))
             print("gpucheck: terminated (SIGTERM)" if isinstance(exc, Terminated) else "gpucheck: interrupted",
                   file=sys.stderr)
             return EXIT_UNKNOWN
         except OSError as exc:  # the report directory went away or filled up
             return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
-    sys.stdout.write(report.render_summary(doc, directory))
+    sys.stdout.write(for_terminal(report.render_summary(doc, directory), newlines=True))
     code = int(doc["exit_code"])
     if options.drain:
         from .slurm.drain import apply_drain
 
         ctx.slurm, error = apply_drain(ctx, doc)
         for item in ctx.slurm:
-            print(f"slurm: {item['text']}" if item["action"] != "error" else f"slurm: {item['node']}: {item['text']}")
+            print(for_terminal(f"slurm: {item['text']}" if item["action"] != "error"
+                               else f"slurm: {item['node']}: {item['text']}"))
         try:
             save(complete=True)
         except OSError as exc:

@@ -17,11 +17,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from ..model import Status
+from ..report.cluster.redact import for_terminal
 from . import agent_report
 from .context import NodeOutcome, Options
 from .inventory import Host
 from .ssh import client as ssh
-from .ssh.result import TIMEOUT_EXITS, tail
+from .ssh.result import CUT, TIMEOUT_EXITS, tail
 
 REPORT_STATUS = {0: Status.PASS, 1: Status.WARN, 2: Status.FAIL, 3: Status.ERROR}
 # The remote `timeout` normally ends a hung agent first; ours fires this much later as a backstop.
@@ -72,15 +73,20 @@ def interpret(host: str, stdout: str, stderr: str, exit_code: int | None, wall_s
         if problem:
             return NodeOutcome(host, Status.ERROR, f"agent report malformed: {problem}", "malformed", wall_s,
                                exit_code, evidence=evidence)
-        return NodeOutcome(host, REPORT_STATUS[report["exit_code"]], _summary(report), "report", wall_s, exit_code,
-                           report, tail(stderr, 500))
-    last = next((line.strip() for line in reversed(evidence.splitlines()) if line.strip()), "")
+        return NodeOutcome(host, REPORT_STATUS[report["exit_code"]], for_terminal(_summary(report)), "report",
+                           wall_s, exit_code, report, tail(stderr, 500))
+    # the reason is one line a terminal shows as it is, whatever the node printed (report/cluster/redact.py)
+    last = for_terminal(next((line.strip() for line in reversed(evidence.splitlines()) if line.strip()), ""))
     if exit_code == 127:
         return NodeOutcome(host, Status.ERROR, f"gpucheck agent not found on the node (exit 127): {last}",
                            "agent-missing", wall_s, exit_code, evidence=evidence)
     if exit_code in TIMEOUT_EXITS:
         return NodeOutcome(host, Status.FAIL, f"timed out: no report within {host_timeout:g} s (hung agent?)",
                            "timeout", wall_s, exit_code, evidence=evidence)
+    if cut := CUT.search(stdout):  # the report ran past what is kept of a node's output: cut in two, unreadable
+        return NodeOutcome(host, Status.ERROR, f"report too large: the agent's output ran over what gpucheck keeps "
+                           f"of a node's output ({cut[1]} characters cut), so its report cannot be read",
+                           "oversized", wall_s, exit_code, evidence=evidence)
     if exit_code == 3 and "error:" in evidence:
         return NodeOutcome(host, Status.ERROR, f"agent refused the command (exit 3): {last}", "usage", wall_s,
                            exit_code, evidence=evidence)

@@ -157,6 +157,18 @@ def _check_name(name: str) -> None:
     if not name or any(c.isspace() or not c.isprintable() for c in name):
         raise InventoryError(f"host name {name!r} has whitespace or a control character: gpucheck cluster takes "
                              "one-word host names (drain.txt is one `node reason` line per node)")
+    if name.startswith("-"):
+        raise InventoryError(f"host name {name!r} starts with '-': a command it reaches would read it as an option")
+
+
+def _one_word(host: str, variable: str, value: Any) -> str:
+    """An inventory value that reaches a command line (an address for ssh, mpirun, torchrun, `gpucheck net`; a user;
+    a Slurm node name for srun and scontrol): one word that is never an option (`-oProxyCommand=...`)."""
+    text = str(value)
+    if not text or text.startswith("-") or any(c.isspace() or not c.isprintable() for c in text):
+        raise InventoryError(f"{host}: {variable} {text!r} is not one word a command can take: empty, with whitespace "
+                             "or a control character, or starting with '-' (read as an option)")
+    return text
 
 
 def _plain(value: Any) -> Any:
@@ -197,7 +209,7 @@ class _HostReader:
                         raise InventoryError(_var_error(host.name, name, exc)) from None
             return None
 
-        address = get(ADDRESS_VARS) or host.name
+        address = _one_word(host.name, "ansible_host", get(ADDRESS_VARS) or host.name)
         port_value = get(PORT_VARS) or self.config.get_config_value("DEFAULT_REMOTE_PORT") or 22
         try:
             port = int(port_value)
@@ -205,7 +217,8 @@ class _HostReader:
                 raise ValueError
         except (TypeError, ValueError):
             raise InventoryError(f"{host.name}: ansible_port {port_value!r} is not a port number") from None
-        user = get(USER_VARS) or self.config.get_config_value("DEFAULT_REMOTE_USER") or getpass.getuser()
+        user = _one_word(host.name, "ansible_user",
+                         get(USER_VARS) or self.config.get_config_value("DEFAULT_REMOTE_USER") or getpass.getuser())
         key = get(KEY_VARS) or self.config.get_config_value("DEFAULT_PRIVATE_KEY_FILE")
         if key:  # read when connecting: a key we cannot read is that host's error (ssh/connect.py)
             key = os.path.expanduser(str(key))
@@ -219,7 +232,7 @@ class _HostReader:
             strict = _bool(get(HOST_KEY_CHECKING_VARS))
         else:
             strict = bool(self.config.get_config_value("HOST_KEY_CHECKING"))
-        kept = {name: get((name,)) for name in KEPT_VARS if variables.get(name) is not None}
+        kept = {name: _one_word(host.name, name, get((name,))) for name in KEPT_VARS if variables.get(name) is not None}
         groups = tuple(sorted(g.name for g in host.get_groups() if g.name != "all"))
         return Host(name=host.name, address=str(address), port=port, user=str(user), key_file=key,
                     known_hosts=options.known_hosts_files(), strict_host_key_checking=strict,

@@ -1,6 +1,6 @@
 """Fan-out progress: a rich progress bar on a terminal, one plain line per host otherwise (CI logs,
 pipes), so a long run always shows it is alive and which hosts went wrong. Reasons are redacted as
-the report's are (report/cluster/redact.py)."""
+the report's are, and what a node printed that a terminal would act on is shown as escapes (redact.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from ..model import Status
-from ..report.cluster.redact import redact
+from ..report.cluster.redact import for_terminal
 from .context import NodeOutcome
 
 MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "skip"}
@@ -30,7 +30,7 @@ class PlainProgress:
         self.done += 1
         width = len(str(self.total))
         self.stream.write(f"[{self.done:>{width}}/{self.total}] {outcome.host:<16} {MARK[outcome.status]:<5} "
-                          f"{outcome.wall_s:6.1f} s  {redact(outcome.reason)}\n")
+                          f"{outcome.wall_s:6.1f} s  {for_terminal(outcome.reason)}\n")
         self.stream.flush()
 
 
@@ -57,8 +57,9 @@ class RichProgress:
         from rich.markup import escape
 
         if outcome.status != Status.PASS:
+            reason = escape(for_terminal(outcome.reason))
             self.progress.console.print(f"[{STYLE[outcome.status]}]{MARK[outcome.status]:<5}[/] "
-                                        f"{escape(outcome.host)}: {escape(redact(outcome.reason))}", highlight=False)
+                                        f"{escape(outcome.host)}: {reason}", highlight=False)
         self.progress.advance(self.task)
 
 

@@ -10,6 +10,7 @@ boot. The stamps are the kernel's own ([ 1234.567890], seconds since boot), comp
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -252,6 +253,10 @@ def remember_clean_run(results: list[Result]) -> str | None:
     reach = max(window["read_to_s"], window.get("start_s") or 0.0)
     state = {"boot_id": window["boot_id"], "read_to_s": reach, "source": window.get("source")}
     try:
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the first run on a node makes it, private
+        except FileExistsError:  # a file where the directory must be
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
         write_atomically(path, json.dumps(state) + "\n")
     except OSError as exc:
         return f"this clean run is not remembered: cannot write {path} ({_why(exc)}); the Xid window falls back to " \

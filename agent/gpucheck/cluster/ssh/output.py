@@ -15,6 +15,8 @@ from typing import IO, Any
 
 from fabric.runners import Remote
 
+from .result import CUT_NOTE
+
 HEAD_CHARS = 64 * 1024
 STDOUT_TAIL_CHARS = 16 * 1024 * 1024  # a node report, --full on 8 GPUs, is well under 1 MiB
 STDERR_TAIL_CHARS = 1024 * 1024
@@ -47,7 +49,7 @@ class Bounded:
             self.cut += len(dropped)
 
     def parts(self) -> list[str]:
-        note = [f"\n[gpucheck: {self.cut} characters of output cut here]\n"] if self.cut else []
+        note = [CUT_NOTE.format(self.cut)] if self.cut else []
         return [*self.head, *note, *self.tail]
 
     def text(self) -> str:

@@ -4,9 +4,13 @@ the Slurm jobs (srun.py); read by every stage."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 TAIL_CHARS = 4000
+# The line put where a command's output was cut to its head and tail (output.py), and how to find it again.
+CUT_NOTE = "\n[gpucheck: {} characters of output cut here]\n"
+CUT = re.compile(r"\[gpucheck: (\d+) characters of output cut here\]")
 TIMEOUT_EXITS = (124, 137)  # what `limited`'s coreutils timeout exits with: it sent TERM, then KILL
 
 

@@ -33,6 +33,16 @@ PATTERNS = (
     re.compile(r"""(?i)(\b[a-z][a-z0-9+.-]*://[^\s/@:'"]*:)([^\s/@'"]+)(?=@)"""),
 )
 TRIGGER = re.compile(r"(?i)proxy|pass|://")  # no secret without one of these: the common case is fast
+# What a terminal acts on instead of showing: C0 and C1 controls (an escape sequence, a carriage return, a bell)
+# and the Unicode line and paragraph separators. A tab is shown as it is.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def for_terminal(text: str, newlines: bool = False) -> str:
+    """`text` as the admin's terminal may print it: redacted, and what a node printed that a terminal would act on
+    (`\\x1b]0;...`, `\\r`) written as an escape; newlines too, unless the text is made of lines (`newlines`)."""
+    shown = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", redact(text))
+    return shown if newlines else shown.replace("\n", "\\n")
 
 
 def redact(text: str) -> str:
