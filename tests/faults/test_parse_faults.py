@@ -170,3 +170,21 @@ def test_journalctl_is_read_when_dmesg_output_cannot_be(tmp_path: Path) -> None:
 def test_an_empty_ring_buffer_has_no_xids(tmp_path: Path) -> None:
     result = xid_result(tmp_path, b"")
     assert (result["status"], result["reason"]) == ("pass", "no Xid errors in the kernel log")
+
+
+BLANKS = " " * 400_000  # a long run of blanks inside one line: where a lazy `.*?\s*$` goes quadratic
+# kind -> one hostile line (400 KB) shaped as that tool's lines start; parse xid took 110 s on a 200 KB one,
+# parse ibstat 16 s on 120 KB. Each must end well inside LIMIT_S (a hang guard, not a speed test: bench/ has those).
+HOSTILE_LINES = {
+    "xid": "[  12.5] NVRM: Xid (PCI:0000:3b:00): 79, a" + BLANKS + "x\n",
+    "ibstat": "CA 'mlx5_0'\n\tPort 1:\n\t\tState: a" + BLANKS + "x\n",
+    "horovod-build": "Available Frameworks:\n    [X] a" + BLANKS + "x\n",
+    "ldconfig": "1 libs found in cache `/etc/ld.so.cache'\n\tlibnccl.so.2 (libc6,x86-64) => /a" + BLANKS + "x\n",
+    "nccl-tests": "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1b] a" + BLANKS + "x\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_LINES))
+def test_one_long_hostile_line_is_read_in_linear_time(tmp_path: Path, kind: str) -> None:
+    path, done = parse_file(tmp_path, kind, HOSTILE_LINES[kind])  # subprocess.TimeoutExpired at LIMIT_S: a hang
+    assert "Traceback" not in done.stderr and done.returncode in (0, 3), done.stderr[-500:]

@@ -14,7 +14,7 @@ KIND = "horovod-build"
 
 _VERSION = re.compile(r"^\s*Horovod v(?P<version>\d[\w.+-]*?):?\s*$")
 _SECTION = re.compile(r"^\s*Available (?P<section>Frameworks|Controllers|Tensor Operations)\s*:\s*$")
-_ITEM = re.compile(r"^\s*\[(?P<mark>[^\]]?)\]\s*(?P<name>\S.*?)\s*$")
+_ITEM = re.compile(r"^\s*\[(?P<mark>[^\]]?)\]\s*(?P<name>\S.*)$")  # name: rstrip (a lazy `.*?\s*$` is quadratic)
 _SECTION_KEYS = {"Frameworks": "frameworks", "Controllers": "controllers",
                  "Tensor Operations": "tensor_operations"}
 
@@ -33,7 +33,7 @@ def parse(text: str) -> dict:
             seen_section = True
         elif section and (match := _ITEM.match(line)):
             # "[X] TensorFlow" is built, "[ ] MXNet" is not.
-            result[section][match["name"].lower()] = match["mark"].strip() != ""
+            result[section][match["name"].rstrip().lower()] = match["mark"].strip() != ""
         elif line.strip():
             section = None
     if not seen_section:

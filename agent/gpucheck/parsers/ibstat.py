@@ -19,7 +19,6 @@ _IBSTATUS_PORT = re.compile(r"^\s*Infiniband device '(?P<name>[^']+)' port (?P<p
 _DEVINFO_CA = re.compile(r"^\s*hca_id:\s*(?P<name>\S+)")
 _DEVINFO_PORT = re.compile(r"^\s*port:\s*(?P<port>\d+)\s*$")
 _NO_DEVICES = re.compile(r"No IB devices found", re.IGNORECASE)
-_KEY_VALUE = re.compile(r"^\s*(?P<key>[^:]+?)\s*:\s*(?P<value>.*?)\s*$")
 # ibpanic/ibwarn: infiniband-diags' fatal and warning messages; the output stops at an ibpanic.
 _DIAG_MESSAGE = re.compile(r"\b(?P<level>ibpanic|ibwarn|ibdebug|ibexit)\b")
 
@@ -119,10 +118,10 @@ def parse(text: str) -> dict:
             port = _new_port(int(port_match["port"]))
             ca["ports"].append(port)
             continue
-        kv = _KEY_VALUE.match(line)
-        if ca is None or not kv:
+        key, colon, value = line.partition(":")  # not a regex: `key\s*:\s*(.*?)\s*$` is quadratic in blanks
+        key, value = key.strip(), value.strip()
+        if ca is None or not colon or not key:
             continue
-        key, value = kv["key"], kv["value"]
         if key in ("CA type", "vendor_part_id"):
             ca["type"] = value
         elif key in ("Firmware version", "fw_ver"):

@@ -26,7 +26,7 @@ _PARAMS = re.compile(
 _VALIDATION = re.compile(r"validation:\s*(?P<value>\d+)")
 _RANK = re.compile(
     r"#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
-    r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*?)\s*$"
+    r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*)$"  # name: rstrip (`.*?\s*$` is quadratic)
 )
 # The binary name, e.g. in the command line quoted before the log.
 _BINARY = re.compile(
@@ -146,7 +146,7 @@ def parse(text: str) -> dict:
                 "host": match["host"],
                 "device": int(match["device"]),
                 "bus_id": match["bus"],
-                "name": match["name"],
+                "name": match["name"].rstrip(),
             })
             recognised = True
         if _COLUMN_HEADER.search(line):

@@ -91,8 +91,8 @@ SEVERITY: dict[int, str] = {
 _RANK = {"info": 0, "warn": 1, "fatal": 2}
 
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)[^)]*\):\s*"
-    r"(?P<xid>\d+),\s*(?P<message>.*?)\s*$"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)[^)]{0,200}\):\s*"
+    r"(?P<xid>\d+),\s*(?P<message>.*)$"  # message: rstrip in code (a lazy `.*?\s*$` is quadratic in blanks)
 )
 _PID = re.compile(r"\bpid=(?P<pid>'?[^,\s]*)")
 _PROCESS = re.compile(r"\bname=(?P<name>[^,\s]+)")
@@ -170,7 +170,7 @@ def _severity(xid: int, message: str) -> str:
 
 
 def _event(line: str, match: re.Match) -> dict:
-    message = match["message"]
+    message = match["message"].rstrip()
     pid = _PID.search(message)
     process = _PROCESS.search(message)
     pid_text = pid["pid"] if pid else ""
