@@ -27,13 +27,18 @@ def write_atomically(path: Path, text: str) -> None:
     - A regular file, or no file yet: replaced atomically (readers see the old file or the new one, never half
       of one). An existing file keeps its mode (a node_exporter textfile stays readable) and, where we may, its
       owner; a new one is 0666 & ~umask, as any file a program creates.
-    - A symbolic link is followed: its target is replaced, in the target's directory; the link stays a link.
+    - A symbolic link is followed: its target is replaced, in the target's directory; the link stays a link. Not a
+      link someone else made in a directory others can write (a shared report directory, /tmp): gpucheck resolves
+      links itself, out of reach of the kernel's protected_symlinks guard, so it applies its own (`planted_link`).
     - A character device or a FIFO (/dev/null, a named pipe a collector reads) and anything reached through
       /proc (/dev/stdout, /dev/fd/N: the caller's own open file) are written in place, appending: they cannot
       be replaced, and replacing /dev/null as root would destroy it. A FIFO nobody reads is refused, not waited on.
     - A directory, a block device or a socket is refused.
     """
     data = text.encode("utf-8")
+    if planted := planted_link(path):
+        raise PermissionError(errno.EACCES, f"{planted} is a link another user made in a directory others can "
+                              "write: not followed", str(path))
     try:
         st: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
@@ -54,6 +59,37 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def planted_link(path: Path, max_links: int = 40) -> str | None:
+    """The first symbolic link on the way to `path` that someone other than us made in a directory others (its
+    group, or everyone) can write, or None. Every link met while resolving is looked at, directories included."""
+    me, current = os.geteuid(), Path("/")
+    queue = list(Path(os.path.abspath(path)).parts[1:])
+    while queue and max_links > 0:
+        name = queue.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = current.parent
+            continue
+        candidate = current / name
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            return None  # the rest does not exist yet: no link to follow
+        if not stat.S_ISLNK(st.st_mode):
+            current = candidate
+            continue
+        max_links -= 1
+        if st.st_uid != me and os.stat(current).st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+            return str(candidate)
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            current, queue = Path("/"), [*target.parts[1:], *queue]
+        else:
+            queue = [*target.parts, *queue]
+    return None
 
 
 def _reached_through_proc(path: Path) -> bool:

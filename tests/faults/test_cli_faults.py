@@ -163,6 +163,39 @@ def test_a_symlink_is_followed_and_stays_a_link(tmp_path):
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["node.prom"]  # no temporary file left
 
 
+OTHER_UID = 4242  # a user who is not us: os.lchown gives the planted link to them (the tests run as root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root (lchown)")
+@pytest.mark.parametrize("planted", ["the-file", "the-directory"])
+def test_a_link_another_user_planted_in_a_shared_directory_is_not_followed(tmp_path, planted):
+    """A shared, world-writable report directory: root's --output followed another user's link and overwrote
+    its target (gpucheck resolves links itself, so the kernel's protected_symlinks guard never applied)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    victim = tmp_path / "etc-shadow"
+    victim.write_text("root:secret\n")
+    if planted == "the-file":
+        link, output = shared / "node.prom", shared / "node.prom"
+        link.symlink_to(victim)
+    else:  # a link to a directory on the way: the report directory itself
+        (tmp_path / "etc").mkdir()
+        link, output = shared / "reports", shared / "reports" / "node.prom"
+        link.symlink_to(tmp_path / "etc")
+        victim = tmp_path / "etc" / "node.prom"
+        victim.write_text("root:secret\n")
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    done = write_report(tmp_path, output)
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert done.stderr == (f"gpucheck: error: cannot write {output}: {link} is a link another user made in a "
+                           "directory others can write: not followed\n")
+    assert victim.read_text() == "root:secret\n"
+    os.lchown(link, os.geteuid(), os.getegid())  # our own link there is followed as before
+    written(write_report(tmp_path, output))
+    assert "gpucheck_exit_code" in victim.read_text()
+
+
 def test_a_dangling_symlink_creates_its_target(tmp_path):
     link = tmp_path / "node.prom"
     link.symlink_to("made.prom")
