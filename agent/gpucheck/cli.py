@@ -13,7 +13,7 @@ from typing import Any
 
 from . import config, netbench, profiles
 from .cli_types import EXIT_CODES_HELP, Bounded, Parser, fail, port, seconds
-from .files import write_atomically
+from .files import read_file, write_atomically
 from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from .node.kernel_log import XID_LOOKBACK_S
 
@@ -243,8 +243,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         if args.file == "-":
             data = sys.stdin.buffer.read(MAX_PARSE_INPUT_B + 1)
         else:
-            with open(args.file, "rb") as source:
-                data = source.read(MAX_PARSE_INPUT_B + 1)
+            data = read_file(args.file, MAX_PARSE_INPUT_B, streams=True)  # <(cmd) works, a FIFO no one feeds is empty
     except OSError as exc:
         fail(f"cannot read {args.file}: {exc.strerror or exc}")
     if len(data) > MAX_PARSE_INPUT_B:

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from .files import read_file
+
 DEFAULT_PATH = Path("/etc/gpucheck/node.yaml")
 # The frameworks a stack can hold, as node.yaml, the node's facts and `gpucheck cluster` name them.
 TENSORFLOW, HOROVOD, TORCH = "tensorflow", "horovod", "torch"
@@ -129,8 +131,7 @@ def read_yaml_file(path: Path, label: str, max_bytes: int, error: type[Exception
     """A YAML file of at most `max_bytes` of UTF-8 through the guarded loader (node.yaml, profiles, the SKU
     table); every way it can be unreadable is one `error` naming `label` (and the line of a syntax error)."""
     try:
-        with path.open("rb") as source:
-            raw = source.read(max_bytes + 1)
+        raw = read_file(path, max_bytes)  # a FIFO or a device where the file should be is refused, never waited on
     except OSError as exc:
         raise error(f"cannot read {label}: {exc.strerror or exc}") from None
     if len(raw) > max_bytes:

@@ -1,5 +1,5 @@
-"""Writing reports: whole or not at all, to what the path names (`gpucheck node --output`, the cluster's
-report directory)."""
+"""Files the user names: reading them without a hang (a FIFO, a device), and writing reports whole or not at all,
+to what the path names (`gpucheck node --output`, the cluster's report directory)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,39 @@ def _umask() -> int:
 
 
 UMASK = _umask()  # read once at import, in the main thread (os.umask is process-wide)
+
+
+KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    return next((what for test, what in KINDS if test(mode)), "not a regular file")
+
+
+def read_file(path: str | os.PathLike, max_bytes: int, streams: bool = False) -> bytes:
+    """At most `max_bytes` + 1 bytes of a file the user named (the caller says what more means). A regular file,
+    or with `streams` also a FIFO or character device (`gpucheck parse KIND <(cmd)`): opened without waiting for a
+    writer, so a FIFO nobody writes to reads as empty instead of hanging. Anything else is an OSError saying what
+    it is ("a FIFO, not a regular file")."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        mode = os.fstat(fd).st_mode
+        stream = stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+        if not (stat.S_ISREG(mode) or (streams and stream)):
+            raise OSError(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # then read as anyone
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -280,7 +280,7 @@ def _locate(name_or_path: str, extra_dir: str | os.PathLike | None,
             listed: dict[str | os.PathLike | None, dict[str, Path]]) -> Path:
     candidate = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
-        if not candidate.is_file():
+        if not candidate.exists():
             raise ProfileError(f"profile file {name_or_path} does not exist")
         return candidate
     if extra_dir not in listed:  # each directory listed once per load

@@ -369,3 +369,31 @@ def test_config_errors_are_refused_before_the_backstop(tmp_path):
     bad.write_text("stacks: [a]\n")
     done = run_gpucheck([*HOST_ONLY, "--config", str(bad), "--format", "json"], node_env(tmp_path))
     assert one_line(done).startswith(ERR) and "internal error" not in done.stderr  # and nothing on stdout
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["node", "--profile", "{fifo}", "--only", "host"], "cannot read profile {fifo}: a FIFO, not a regular file"),
+    (["node", "--config", "{fifo}", "--only", "host"], "cannot read {fifo}: a FIFO, not a regular file"),
+    (["node", "--profile", "{dir}/", "--only", "host"], "cannot read profile {dir}: a directory, not a regular file"),
+    (["parse", "xid", "{fifo}"], "{fifo}: not xid output: empty input"),  # a FIFO nobody feeds reads as empty
+    (["cluster", "-i", "{fifo}"], "inventory {fifo} is a FIFO, not a file or a directory"),
+])
+def test_a_named_file_that_is_not_a_file_is_one_line_never_a_hang(tmp_path, args, line):
+    """A FIFO where a file should be: `--config FIFO`, `parse xid FIFO` and `cluster -i FIFO` waited forever for a
+    writer; a FIFO or a directory as --profile was "does not exist"."""
+    fifo, folder = tmp_path / "fifo", tmp_path / "dir"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    fill = {"fifo": str(fifo), "dir": str(folder)}
+    done = run_gpucheck([a.format(**fill) for a in args], node_env(tmp_path), timeout=60)  # a hang: TimeoutExpired
+    assert (done.returncode, done.stdout) == (3, "") and "Traceback" not in done.stderr
+    assert done.stderr == f"gpucheck: error: {line.format(**fill)}\n"
+
+
+def test_parse_reads_a_process_substitution(tmp_path):
+    """`gpucheck parse xid <(journalctl -k)`: a pipe with a writer is read, not refused."""
+    done = subprocess.run(["bash", "-c", f"PYTHONPATH={ROOT / 'agent'} {sys.executable} -m gpucheck parse xid "
+                           "<(printf '[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, off the bus\\n')"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["counts"] == {"79": 1}

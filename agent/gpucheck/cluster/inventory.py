@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..files import kind_of
 from .ssh import args as ssh_args
 
 DEFAULT_GROUP = "gpu_nodes"  # the playbook's group of GPU nodes; `all` when an inventory has none
@@ -93,6 +94,10 @@ def _resolve_sources(sources: list[str] | None, config: Any) -> list[str]:
         for source in sources:
             if "," not in source and not os.path.exists(os.path.expanduser(source)):
                 raise InventoryError(f"inventory not found: {source}")
+            if "," not in source and not (os.path.isfile(os.path.expanduser(source))
+                                          or os.path.isdir(os.path.expanduser(source))):
+                what = kind_of(os.stat(os.path.expanduser(source)).st_mode)
+                raise InventoryError(f"inventory {source} is {what}, not a file or a directory")
         return [os.path.expanduser(s) if "," not in s else s for s in sources]
     defaults = list(config.get_config_value("DEFAULT_HOST_LIST") or [])
     where = f"ansible.cfg ({config._config_file})" if config._config_file else "Ansible's default"
