@@ -159,7 +159,29 @@ def cmd_node(args: argparse.Namespace) -> int:
             return node_report(args)
     except Stopped as exc:
         print(f"gpucheck: {exc}: the run and the probes it started were ended", file=sys.stderr)
+        if args.output is not None:
+            replace_stale_output(args, str(exc))
         return EXIT_UNKNOWN
+
+
+def replace_stale_output(args: argparse.Namespace, why: str) -> None:
+    """A stopped run's --output says so: the last run's report (a pass from yesterday) must not stay in place as if
+    it were this one's (a node_exporter textfile, a health dashboard read it as current)."""
+    import datetime as dt
+    import socket
+
+    from . import __version__
+    from .model import Report, Result, Status
+    from .report.node import render
+
+    stopped = Result("gpucheck.run", Status.ERROR, reason=f"not finished: {why}; the last report was replaced, it "
+                     "is not this run's", remediation="run gpucheck node again, with the time it needs")
+    report = Report(host=socket.gethostname(), profile=args.profile or "not chosen", results=[stopped],
+                    started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), version=__version__)
+    try:
+        write_report(args.output, render(report, args.format))
+    except OSError as exc:
+        print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
 
 
 def node_report(args: argparse.Namespace) -> int:

@@ -351,6 +351,32 @@ def test_a_signal_to_the_agents_group_ends_the_probe_too(signum, sleeper, tmp_pa
     assert not alive(probe[0])
 
 
+def test_a_stopped_run_replaces_the_last_output_so_it_never_reads_as_current(sleeper, tmp_path):
+    """After SIGTERM, yesterday's passing --output report stayed in place as if it were this run's."""
+    python, pidfile = sleeper(tmp_path / "stack" / "bin" / "python")
+    output = tmp_path / "node.json"
+    output.write_text(json.dumps({"exit_code": 0, "results": [{"check": "gpu.count", "status": "pass"}]}))
+    env = dict(os.environ, GPUCHECK_CONFIG=str(node_yaml(tmp_path, python, ["tensorflow"])),
+               PYTHONPATH=str(ROOT / "agent"))
+    agent = subprocess.Popen([sys.executable, "-m", "gpucheck", "node", "--only", "frameworks.tensorflow",
+                              "--format", "json", "--timeout", "120", "--output", str(output)], env=env,
+                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        waited = time.monotonic()
+        while not pids_in(pidfile) and time.monotonic() - waited < 60 and agent.poll() is None:
+            time.sleep(0.1)
+        assert pids_in(pidfile), "the probe never started"
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(agent.pid, signal.SIGKILL)
+    assert agent.returncode == 3
+    report = json.loads(output.read_text())
+    assert report["exit_code"] == 3 and [r["status"] for r in report["results"]] == ["error"]
+    assert report["results"][0]["reason"].startswith("not finished: stopped by SIGTERM; the last report was replaced")
+
+
 # ---------------------------------------------------------------- a stack python that does not answer
 
 def test_a_hung_stack_python_is_run_once_per_run(sleeper, tmp_path):
