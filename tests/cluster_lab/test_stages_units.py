@@ -401,3 +401,14 @@ def test_the_command_line_defaults_are_the_options_defaults_and_name_every_stage
     described = cli.EPILOG.split("stages (in this order):", 1)[1]
     assert [n for n in STAGE_NAMES if n in described] == list(STAGE_NAMES)
     assert sorted(STAGE_NAMES, key=described.index) == list(STAGE_NAMES)
+
+
+def test_a_node_whose_gpus_another_program_uses_gets_no_gpu_job() -> None:
+    """Its agent saw pid 576 on GPU3 (facts.gpu_processes): the all-reduce, smoke and training jobs leave it out
+    and say why; the network and MPI stages, which load no GPU, keep it."""
+    ctx = make_ctx(["n1", "n2", "n3"])
+    ctx.nodes["n2"].report["facts"]["gpu_processes"] = {"GPU3": [{"pid": 576, "used_MiB": 72452, "kind": "compute"}]}
+    assert nodes.participants(ctx).nodes == ["n1", "n2", "n3"]
+    cast = nodes.participants(ctx, gpu_work=True)
+    assert cast.nodes == ["n1", "n3"]
+    assert cast.left_out == {"n2": "its GPUs are in use by another program (GPU3: pid 576)"}

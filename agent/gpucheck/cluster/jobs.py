@@ -32,7 +32,7 @@ def stack_cast(ctx: ClusterContext, check: str, framework: Framework, name: str)
     """The nodes a job of `framework` can run on (usable, with its stack's frameworks), or the stage's one
     result when there are none: an error where a node's profile requires the frameworks, else a skip."""
     stack, needs = framework.stack, framework.needs
-    cast = participants(ctx)
+    cast = participants(ctx, gpu_work=True)
     if not cast.nodes:
         return cast.skip(check, "no usable node")
     lacking = {n: f"no {'/'.join(needs)} in its {stack} stack" for n in cast.nodes

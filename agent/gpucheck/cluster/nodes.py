@@ -48,11 +48,25 @@ def blamed_so_far(ctx: ClusterContext) -> dict[str, str]:
     return out
 
 
-def participants(ctx: ClusterContext) -> Participants:
+def busy_gpus(ctx: ClusterContext, node: str) -> str:
+    """Which of the node's GPUs another program used when its agent looked, in words ('' when none)."""
+    facts = ((ctx.nodes[node].report or {}).get("facts") or {}) if node in ctx.nodes else {}
+    found = facts.get("gpu_processes") or {}
+    if not isinstance(found, dict):
+        return ""
+    return "; ".join(f"{gpu}: " + ", ".join(f"pid {p.get('pid')}" for p in procs if isinstance(p, dict))
+                     for gpu, procs in found.items() if isinstance(procs, list) and procs)
+
+
+def participants(ctx: ClusterContext, gpu_work: bool = False) -> Participants:
     """Usable nodes (reported, did not fail their own checks) less those already blamed by a failed
-    cluster check: one bad node must not fail every collective after it."""
+    cluster check: one bad node must not fail every collective after it. `gpu_work`: a job that may load the
+    GPUs also leaves out a node whose GPUs another program uses (its agent saw them busy: node/busy.py)."""
     usable = ctx.usable()
     left_out = {n: "no report: " + ctx.nodes[n].reason for n in ctx.nodes if n not in ctx.checked()}
+    if gpu_work:
+        left_out.update({n: f"its GPUs are in use by another program ({busy})" for n in usable
+                         if (busy := busy_gpus(ctx, n))})
     left_out.update({n: "failed its node checks" for n in ctx.checked() if n not in usable})
     if ctx.options.launcher == "slurm":  # its jobs go through Slurm, which runs none there now
         left_out.update({n: f"Slurm runs no job there: {ctx.nodes[n].slurm_state}" for n in usable

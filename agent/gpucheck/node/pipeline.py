@@ -208,6 +208,8 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
         "driver_version": nvml_facts.get("driver_version"),
         "cuda_driver_version": nvml_facts.get("cuda_driver_version"),
         "gpu_count": len(gpus),
+        # the programs another user runs on a GPU (read before any work of ours): the cluster's GPU jobs skip it
+        "gpu_processes": {f"GPU{g['index']}": g["processes"] for g in gpus if g.get("processes")},
         "gpu_models": sorted({g.get("name") for g in gpus if g.get("name")}),
         "libraries": libraries.summary(ctx.facts.get("libraries")),
         "frameworks": frameworks.summary(ctx.facts.get("frameworks")),

@@ -58,7 +58,7 @@ def minimum_for(ctx: ClusterContext, nodes: list[str]) -> tuple[float | None, st
 
 def allreduce_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Result]:
     began = time.monotonic()
-    cast = participants(ctx)
+    cast = participants(ctx, gpu_work=True)
     nodes = cast.nodes
     if len(nodes) < 2:
         return [cast.skip(CHECK, f"{len(nodes)} usable node(s): a multi-node all-reduce needs two")]
