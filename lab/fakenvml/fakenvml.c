@@ -384,23 +384,22 @@ static int parse_reasons(const char *s, unsigned long long *out)
 }
 
 /* A list of numbers separated by commas/spaces, or "none". */
-static int parse_list(const char *s, unsigned long long *items, unsigned int cap, unsigned int *count)
+/* The items of a list value ("a, b c"; `none` is no item): pointers into `buf` (FAKE_VAL_LEN bytes). */
+static int split_items(const char *s, char *buf, char **items, unsigned int cap, unsigned int *count)
 {
-    char buf[FAKE_VAL_LEN];
     char *tok, *save = NULL;
     unsigned int n = 0;
     if (strcasecmp(s, "none") == 0) {
         *count = 0;
         return 0;
     }
-    if (strlen(s) >= sizeof buf)
+    if (strlen(s) >= FAKE_VAL_LEN)
         return -1;
     memcpy(buf, s, strlen(s) + 1);
     for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
-        unsigned long long v;
-        if (n >= cap || parse_u64(tok, &v) != 0)
+        if (n >= cap)
             return -1;
-        items[n++] = v;
+        items[n++] = tok;
     }
     if (n == 0)
         return -1;
@@ -408,40 +407,40 @@ static int parse_list(const char *s, unsigned long long *items, unsigned int cap
     return 0;
 }
 
-/* "PID:BYTES PID:na ..." (commas or blanks between; na = NVML_VALUE_NOT_AVAILABLE) or "none". */
+static int parse_list(const char *s, unsigned long long *items, unsigned int cap, unsigned int *count)
+{
+    char buf[FAKE_VAL_LEN];
+    char *tokens[FAKE_MAX_LIST];
+    unsigned int i;
+    if (cap > FAKE_MAX_LIST || split_items(s, buf, tokens, cap, count) != 0)
+        return -1;
+    for (i = 0; i < *count; i++)
+        if (parse_u64(tokens[i], &items[i]) != 0)
+            return -1;
+    return 0;
+}
+
+/* "PID:BYTES PID:na ..." (na = NVML_VALUE_NOT_AVAILABLE) or "none". */
 static int parse_procs(const char *s, unsigned int *pids, unsigned long long *bytes, unsigned int cap,
                        unsigned int *count)
 {
     char buf[FAKE_VAL_LEN];
-    char *tok, *save = NULL;
-    unsigned int n = 0;
-    if (strcasecmp(s, "none") == 0) {
-        *count = 0;
-        return 0;
-    }
-    if (strlen(s) >= sizeof buf)
+    char *tokens[FAKE_MAX_LIST];
+    unsigned int i;
+    if (cap > FAKE_MAX_LIST || split_items(s, buf, tokens, cap, count) != 0)
         return -1;
-    memcpy(buf, s, strlen(s) + 1);
-    for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
-        char *colon = strchr(tok, ':');
-        unsigned int pid;
-        unsigned long long b;
-        if (!colon || n >= cap)
+    for (i = 0; i < *count; i++) {
+        char *colon = strchr(tokens[i], ':');
+        if (!colon)
             return -1;
         *colon = '\0';
-        if (parse_u32(tok, &pid) != 0)
+        if (parse_u32(tokens[i], &pids[i]) != 0)
             return -1;
         if (strcasecmp(colon + 1, "na") == 0)
-            b = (unsigned long long)NVML_VALUE_NOT_AVAILABLE;
-        else if (parse_u64(colon + 1, &b) != 0)
+            bytes[i] = (unsigned long long)NVML_VALUE_NOT_AVAILABLE;
+        else if (parse_u64(colon + 1, &bytes[i]) != 0)
             return -1;
-        pids[n] = pid;
-        bytes[n] = b;
-        n++;
     }
-    if (n == 0)
-        return -1;
-    *count = n;
     return 0;
 }
 
