@@ -24,6 +24,10 @@ SLURM_DEADLINE_S = 60.0  # LBNL NHC's default timeout for a health check run by 
 burn_seconds = Bounded(float, "a number of seconds", 1, 24 * 3600, low_included=True, high_note=" (one day)",
                        limits="seconds, 1 to 86400 = one day")
 
+ALLOW_BUSY_HELP = ("run the active checks also on a GPU another program is using (by default such a GPU's burn-in, "
+                   "peer, DCGM and NCCL checks are `error` \"busy: pid N (name) holds X GiB\" and do not run there); "
+                   "every figure then says it was taken beside that program")
+
 # `gpucheck node --help`: its exit codes, examples and --slurm. The overview of every command is gpucheck.main's.
 EPILOG = EXIT_CODES_HELP + """
 
@@ -83,10 +87,7 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--burn-seconds", type=burn_seconds, default=DEFAULT_BURN_S, metavar="SECONDS",
                       help="how long gpu.burn loads every GPU with GEMMs, NVML sampled twice a second; shorter than "
                            f"--bench-timeout (default: {DEFAULT_BURN_S:g})")
-    node.add_argument("--allow-busy", action="store_true",
-                      help="run the active checks also on a GPU another program is using (by default such a GPU's "
-                           "burn-in, peer, DCGM and NCCL checks are `error` \"busy: pid N (name) holds X GiB\" and "
-                           "do not run there); every figure then says it was taken beside that program")
+    node.add_argument("--allow-busy", action="store_true", help=ALLOW_BUSY_HELP)
     node.add_argument("--deadline", type=seconds, metavar="SECONDS",
                       help="limit for the whole run: what is not collected by then is `error` (\"not run: the "
                            "run's deadline passed\"), the report is made of the rest and written, exit 3 (2 if "
