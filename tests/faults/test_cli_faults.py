@@ -171,17 +171,17 @@ OTHER_UID = 4242  # a user who is not us: os.lchown gives the planted link to th
 def test_a_link_another_user_planted_in_a_shared_directory_is_not_followed(tmp_path, planted):
     """A shared, world-writable report directory: root's --output followed another user's link and overwrote
     its target (gpucheck resolves links itself, so the kernel's protected_symlinks guard never applied)."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o1777)
+    common = tmp_path / "common"
+    common.mkdir()
+    common.chmod(0o1777)
     victim = tmp_path / "etc-shadow"
     victim.write_text("root:secret\n")
     if planted == "the-file":
-        link, output = shared / "node.prom", shared / "node.prom"
+        link, output = common / "node.prom", common / "node.prom"
         link.symlink_to(victim)
     else:  # a link to a directory on the way: the report directory itself
         (tmp_path / "etc").mkdir()
-        link, output = shared / "reports", shared / "reports" / "node.prom"
+        link, output = common / "reports", common / "reports" / "node.prom"
         link.symlink_to(tmp_path / "etc")
         victim = tmp_path / "etc" / "node.prom"
         victim.write_text("root:secret\n")
