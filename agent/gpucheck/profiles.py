@@ -115,21 +115,16 @@ HOROVOD_CONTROLLERS = ("mpi", "gloo")
 HOROVOD_OPERATIONS = ("nccl", "mpi", "gloo", "ddl", "ccl", "mlsl")
 
 
-def gemm_dtype_names() -> tuple[str, ...]:
-    """The dtypes a SKU may state a peak for: skus.DTYPES."""
-    return DTYPES
-
-
-# (section, key) -> the names its list may hold (or the function that gives them), and how an item is written
+# (section, key) -> the names its list may hold, and how an item is written
 # before it is looked up.
-LIST_NAMES: dict[tuple[str, str], tuple[tuple[str, ...] | Callable[[], tuple[str, ...]], Callable[[str], str]]] = {
+LIST_NAMES: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[str], str]]] = {
     ("libraries", "required"): (LIBRARY_NAMES, lambda item: item.removeprefix("lib")),
     ("health", "clocks_event_reasons_fail"): (CLOCK_EVENT_REASONS, str),
     ("health", "clocks_event_reasons_warn"): (CLOCK_EVENT_REASONS, str),
     ("frameworks", "required"): (KNOWN_FRAMEWORKS, str),
     ("frameworks", "horovod_controllers_required"): (HOROVOD_CONTROLLERS, str.lower),
     ("frameworks", "horovod_ops_required"): (HOROVOD_OPERATIONS, str.lower),
-    ("burnin", "gemm_dtypes"): (gemm_dtype_names, str),
+    ("burnin", "gemm_dtypes"): (DTYPES, str),  # the dtypes a SKU may state a peak for
     ("burnin", "burn_reasons_fail"): (CLOCK_EVENT_REASONS, str),
 }
 # Every number is finite, and within (lowest, highest, whether the lowest itself is excluded): counts,
@@ -242,7 +237,6 @@ def _check_value(origin: str, section: str, key: str, value: Any) -> None:
             raise ProfileError(f"{origin}: '{name}' must be a finite number {what}, got {_shown(value)}")
     elif isinstance(value, list) and (section, key) in LIST_NAMES:
         known, spelling = LIST_NAMES[(section, key)]
-        known = known() if callable(known) else known
         for item in value:
             if not isinstance(item, str):
                 raise ProfileError(f"{origin}: '{name}' holds names, got {_shown(item)}")

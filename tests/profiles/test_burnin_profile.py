@@ -53,7 +53,7 @@ def test_a_bad_value_is_one_line_naming_the_key(burnin, words):
 
 
 def test_the_dtype_names_are_the_sku_tables():
-    assert profiles.gemm_dtype_names() is skus.DTYPES
+    assert profiles.LIST_NAMES[("burnin", "gemm_dtypes")][0] is skus.DTYPES
 
 
 def test_generic_states_the_defaults_the_node_side_falls_back_to():
