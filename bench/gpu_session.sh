@@ -14,7 +14,8 @@
 #
 # Order: the most valuable first, so that a short budget (or a machine taken back) loses the least:
 #   1 nvidia-smi     (10 s)  which GPU, driver and CUDA the rest ran on; the XML is a parser test input
-#   2 node-passive   (60 s)  the agent's everyday mode (Slurm health check) against the real NVML, in seconds
+#   2 node-passive   (60 s)  the agent's everyday mode (Slurm health check) against the real NVML, in seconds; a
+#                            lone H200 or H100 PCIe is judged against the profile derived from its SKU entry
 #   3 node-full     (240 s)  the product's headline: `gpucheck node --full`, every burn-in worker on the real
 #                            GPU and judged (a 10 s burn); if only this ran, the session still answers "does it
 #                            work on a real GPU"
@@ -105,6 +106,11 @@ except (OSError, ValueError) as exc:
 counts = ", ".join(f"{n} {status}" for status, n in (report.get("counts") or {}).items() if n)
 print(f"profile {report.get('profile')}, {counts or 'no checks'} in {report.get('duration_s')} s, "
       f"exit {report.get('exit_code')}")
+SKU_JUDGED = ("gpu.memory", "gpu.compute_capability", "gpu.power", "gpu.ecc_mode", "gpu.persistence", "gpu.pcie")
+if (report.get("thresholds") or {}).get("sources"):  # a derived profile: what it judged, against what
+    judged = {r.get("check"): r for r in report.get("results", []) if r.get("check") in SKU_JUDGED}
+    print("  derived: " + "; ".join(f"{c} {judged[c].get('status')} ({judged[c].get('expected')})"
+                                   for c in SKU_JUDGED if c in judged)[:400])
 ACTIVE = ("gpu.gemm", "gpu.memory_bandwidth", "gpu.host_bandwidth", "gpu.memtest", "gpu.burn", "gpu.sdc",
           "host.read_throughput")
 lines = {}  # one line per (status, reason): checks that fail for one cause share it
@@ -155,8 +161,8 @@ step_node_full() {  # the report must be written before the step's timeout: --de
 }
 
 step_planted_fault() {  # succeeds only when gpu.burn fails, naming the GPU, for the planted temperature limit
-    # `generic` is what a lone H100 or H200 can always inherit (h100-1gpu matches only an H100; gpucheck
-    # profiles: a lone H200 gets generic); only gpu.burn runs, so the rest of the profile does not matter.
+    # `generic` is what any GPU can inherit (a lone H200 gets a profile derived from its SKU entry, which is no
+    # file); only gpu.burn runs, so the rest of the profile does not matter.
     printf 'name: cold\ndescription: planted fault, a burn temperature limit no GPU under load meets\n%s\n%s\n' \
         'inherits: generic' 'burnin: {burn_temperature_C_max: 20}' >"$WORK/cold.yaml"
     local deadline=$((STEP_T - 10)) bench=60

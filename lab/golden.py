@@ -21,7 +21,7 @@ from lab.run import run
 
 # What the lab writes into every host at each start, or mounts over: never part of an image.
 HOST_ONLY = (
-    "etc/hostname", "etc/hosts", "etc/resolv.conf", "etc/ssh/ssh_known_hosts",
+    "etc/hostname", "etc/machine-id", "etc/hosts", "etc/resolv.conf", "etc/ssh/ssh_known_hosts",
     "etc/apt/apt.conf.d/90gpucheck-lab-proxy", "etc/pip.conf", "etc/gpucheck-lab/sshd_config", "etc/default/gpucheck",
     "root/.ssh/id_ed25519", "root/.ssh/id_ed25519.pub", "root/.ssh/known_hosts",
 )

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import stat
+import uuid
 from pathlib import Path
 
 from lab import config
@@ -27,6 +28,8 @@ DEVICE_DIR = "dev"  # beside the scenario: /etc/fakenvml/dev/nvidiaN on the host
 INCLUDE_RE = re.compile(r"^\s*include\s*=\s*(\S+)\s*$")
 # Every agent run starts by counting the GPUs, so a hang here hangs every NVML probe of the host.
 HANG_CALL = "nvmlDeviceGetCount_v2"
+MAX_GPU_SLOTS = 64  # the library's GPU slots (lab/scenarios/README.md)
+UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "gpucheck-lab:gpu")  # its hosts' GPU UUIDs derive from it
 
 
 def _fakenvml():  # imported late: the rest of the lab works without it
@@ -89,8 +92,36 @@ def _copy_with_includes(source: Path, dest: Path, dest_dir: Path, seen: set[Path
         _copy_with_includes(included, target, dest_dir, seen)
 
 
-def install(name: str, dest_dir: Path) -> None:
-    """Make dest_dir hold scenario `name` as `scenario`, with the files it includes beside it."""
+def gpu_uuid(host: str, index: int) -> str:
+    """GPU `index` of lab host `host`: the same at every `up`, never another host's (as a real GPU's is its own)."""
+    return f"GPU-{uuid.uuid5(UUID_NAMESPACE, f'{host}/gpu{index}')}"
+
+
+def slot_count(scenario: Path) -> int:
+    """How many GPU slots the scenario's machine has: its bus's GPUs (pci_gpu_count), at least gpu_count."""
+    pci = _fakenvml().pci
+    counts = {"gpu_count": 0, "pci_gpu_count": 0}
+    try:
+        for key, value in pci.assignments(scenario):
+            if key in counts and value.lower() != "unsupported":
+                counts[key] = int(value, 0)  # the last one wins, as in the library
+    except (pci.ScenarioError, ValueError) as exc:
+        raise LabError(f"cannot read the scenario's GPU count: {exc}") from exc
+    return max(0, min(max(counts.values()), MAX_GPU_SLOTS))
+
+
+def own_uuids(host: str, count: int) -> str:
+    """Lines that give the host's GPUs UUIDs of their own, after the scenario's (the last assignment wins):
+    every host would otherwise report the scenario's, and `gpucheck cluster` would take them for one machine."""
+    if not count:
+        return ""
+    lines = [f"# added by the lab: {host}'s own GPUs", *(f"gpu.{i}.uuid = {gpu_uuid(host, i)}" for i in range(count))]
+    return "\n".join(lines) + "\n"
+
+
+def install(name: str, dest_dir: Path, host: str | None = None) -> None:
+    """Make dest_dir hold scenario `name` as `scenario`, with the files it includes beside it; for `host` (a
+    lab host's name), with that host's own GPU UUIDs."""
     source = scenario_file(name)
     dest_dir.mkdir(parents=True, exist_ok=True)
     bus = Path(config.FAKE_SYSFS_DIR).name  # replaced in one rename below: never missing for a reader
@@ -103,6 +134,9 @@ def install(name: str, dest_dir: Path) -> None:
             old.unlink()
     tmp = dest_dir / ".scenario.tmp"
     _copy_with_includes(source, tmp, dest_dir, {source.resolve()})
+    if host:
+        text = tmp.read_text()
+        tmp.write_text(text + ("" if text.endswith("\n") or not text else "\n") + own_uuids(host, slot_count(tmp)))
     tmp.replace(dest_dir / "scenario")
     write_device_nodes(dest_dir, len(gpu_functions(write_pci_bus(dest_dir))))
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,12 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 """
 
 
+def machine_id(name: str) -> str:
+    """/etc/machine-id of lab host `name`: its own (the base image's is emptied), the same at every start, as a
+    real machine's is; the hosts share the build machine's kernel and boot id, and this tells them apart."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"gpucheck-lab:machine/{name}").hex
+
+
 def hosts_file(hosts: list[HostState]) -> str:
     lines = [
         "# Written by the gpucheck lab: every lab host, by name and address.",
@@ -70,6 +77,7 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
     run_dir, data_dir = config.host_run_dir(host.name), config.host_data_dir(host.name)
     files = [
         ("/etc/hostname", host.name + "\n", 0o644),
+        ("/etc/machine-id", machine_id(host.name) + "\n", 0o444),
         ("/etc/hosts", hosts_file(all_hosts), 0o644),
         ("/etc/resolv.conf", "# lab hosts have no DNS: they know each other from /etc/hosts\n", 0o644),
         ("/etc/ssh/ssh_host_ed25519_key", identity.host_key, 0o600),

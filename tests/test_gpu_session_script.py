@@ -88,6 +88,9 @@ elif step.startswith(("node-", "planted-")):
     code = 2 if step == "planted-fault" else 0
     report = {"profile": "generic", "counts": {"pass": int(not code), "fail": code // 2}, "duration_s": 0.1,
               "exit_code": code, "results": [result]}
+    if step == "node-passive":  # a lone H200: the profile derived from its SKU entry
+        report.update(profile="derived-h200-sxm-141gb", thresholds={"sources": {"gpu.memory_per_gpu_MiB_min": "SKU"}})
+        report["results"] = [{"check": "gpu.memory", "status": "pass", "expected": ">= 142333 MiB", "reason": ""}]
     with open(args[args.index("--output") + 1], "w") as out:
         json.dump(report, out)
 elif step == "gpu-tests":
@@ -213,7 +216,8 @@ def test_every_step_runs_in_order_a_failure_stops_nothing_and_at_most_8_files_co
     assert "12 passed, 3000 deselected" in (done.out / "gpu-tests.txt").read_text()
     # the key lines reach the summary
     for line in ("NVIDIA H200", "planted fault found", "busy GPU found: error busy", "12 passed", "ratio 0.998",
-                 "5350.6 images/s", "gemmEx_bf16_TFLOPS: 780.1", "profile generic, 1 pass"):
+                 "5350.6 images/s", "gemmEx_bf16_TFLOPS: 780.1", "profile generic, 1 pass",
+                 "profile derived-h200-sxm-141gb", "derived: gpu.memory pass (>= 142333 MiB)"):
         assert line in done.summary, (line, done.summary)
     assert done.summary in done.stdout  # printed at the end too
 

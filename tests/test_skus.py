@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpucheck import profiles, skus
+from gpucheck.node.derived_profile import expectations
 from support import FIXTURES, ROOT, run_gpucheck
 
 MEASURED = FIXTURES / "measured" / "h100-sxm-80gb-driver580"
@@ -87,6 +88,24 @@ def test_the_figures_are_consistent(table):
             assert tensor["tf32"] >= sku.peak("fp32") * 0.99, sku.id
         assert sku.nvml_memory_MiB is None or sku.nvml_memory_MiB <= sku.memory_MiB, sku.id
         assert (sku.nvlink_links == 0) == (sku.nvlink_GBps_per_link == 0), sku.id
+
+
+def test_every_entry_says_what_a_derived_profile_needs(table):
+    """compute capability, form factor, ECC and data-centre: the keys the derived profile reads (optional for a
+    site's own entry, stated for every entry shipped)."""
+    for sku in table.skus:
+        assert sku.compute_capability and sku.form_factor in skus.FORM_FACTORS, sku.id
+        assert sku.ecc is not None and sku.data_centre is not None, sku.id
+        assert sku.ecc or not sku.data_centre, sku.id  # every data-centre part here has ECC memory
+        assert (sku.form_factor == "sxm") == ("SXM" in sku.name), sku.id
+    assert table.get("h200-sxm-141gb").compute_capability == "9.0"
+    assert table.get("rtx-4090").data_centre is False and table.get("l40s").data_centre is True
+
+
+def test_compute_capability_read_as_a_number_is_still_major_minor(tmp_path):
+    path = tmp_path / "gpus.yaml"
+    path.write_text(GOOD + "    compute_capability: 8.6\n")  # YAML reads 8.6 as a float
+    assert skus.load(path).get("x").compute_capability == "8.6"
 
 
 def test_every_entry_cites_sources_the_header_defines():
@@ -210,6 +229,8 @@ def test_real_outputs_match_where_their_id_and_their_name_agree(table):
         assert gpu["memory_MiB"] <= sku.memory_MiB, gpu
         assert sku.nvml_memory_MiB in (None, gpu["memory_MiB"]), gpu
         assert gpu["power_W"] >= sku.power_limit_W, gpu  # an HGX A100 board runs a 500 W custom TDP
+        # the memory a derived profile asks of a GPU with no profile of its own: every real output has it
+        assert gpu["memory_MiB"] >= expectations(sku, 8)["memory_per_gpu_MiB_min"][0], gpu
     assert {"h100-sxm5-80gb", "a100-sxm4-80gb", "t4", "p100-pcie-16gb", "a10"} <= set(known), known
 
 
@@ -319,6 +340,11 @@ LAUGHS = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
      "SKU 'x': 'resnet50_train_img_s.torch' must be a finite number > 0"),
     (GOOD + "    resnet50_train_img_s: [2470]\n", "SKU 'x': 'resnet50_train_img_s' must be a mapping of framework"),
     (GOOD + "version: 2\n", "unknown key 'version' (known: skus)"),
+    (GOOD + "    compute_capability: 9\n", "SKU 'x': 'compute_capability' must be MAJOR.MINOR such as \"9.0\""),
+    (GOOD + "    compute_capability: \"sm_90\"\n", "'compute_capability' must be MAJOR.MINOR"),
+    (GOOD + "    form_factor: oam\n", "SKU 'x': 'form_factor' must be one of sxm, pcie, got 'oam'"),
+    (GOOD + "    ecc: 1\n", "SKU 'x': 'ecc' must be true or false, got 1"),
+    (GOOD + "    data_centre: \"no\"\n", "SKU 'x': 'data_centre' must be true or false"),
     ("skus: {}\n", "'skus' must be a non-empty mapping"),
     ("- 1\n", "must be a mapping with the key 'skus'"),
     (GOOD.replace("    name: X\n", "    name: [X\n"), "line 4 is not valid YAML"),

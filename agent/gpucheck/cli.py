@@ -116,7 +116,9 @@ def add_parsers(sub: Any) -> None:
     prof = sub.add_parser("profiles", help="list profiles and which one this node would get",
                           description="List the profiles (what healthy looks like for one kind of node), each with "
                                       "its description and file, and mark the one `gpucheck node` would judge this "
-                                      "node against.")
+                                      "node against. When no profile matches the node's GPUs, that is a profile "
+                                      "derived from their entries in the GPU SKU table (gpus.yaml beside the "
+                                      "profiles): it is shown with each threshold and where it came from.")
     prof.add_argument("--profiles-dir", metavar="DIR", help="look here first")
     prof.add_argument("--no-detect", action="store_true", help="only list them: do not work out which one this "
                       "node gets (node.yaml's, else the one matching the GPUs NVML reports)")
@@ -282,7 +284,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    chosen = how = None
+    chosen: profiles.Profile | None = None
+    how = ""
     if not args.no_detect:
         chosen, how = profile_of_this_node(args.profiles_dir)
     for name, path in profiles.available(args.profiles_dir).items():
@@ -290,14 +293,24 @@ def cmd_profiles(args: argparse.Namespace) -> int:
             description = profiles.load(name, args.profiles_dir).description
         except profiles.ProfileError as exc:
             description = f"BROKEN: {exc}"
-        mark = "*" if name == chosen else " "
+        mark = "*" if chosen and name == chosen.name else " "
         print(f"{mark} {name:<22} {description}  [{path}]")
+    if chosen and chosen.data.get(profiles.SOURCES):
+        print(f"* {chosen.name:<22} {chosen.description}")
     if chosen:
-        print(f"\n* = the profile this node gets: {chosen}, {how}")
+        print(f"\n* = the profile this node gets: {chosen.name}, {how}")
+    if chosen and chosen.data.get(profiles.SOURCES):
+        from .node.derived_profile import threshold_rows
+
+        rows = threshold_rows(chosen)
+        width, value_width = max(len(row[0]) for row in rows), min(max(len(row[1]) for row in rows), 24)
+        print("\nIts thresholds, and where each came from (a site's own profile, if one matched, would win):")
+        for key, value, source in rows:
+            print(f"  {key:<{width}}  {value:<{value_width}}  {source}")
     return EXIT_OK
 
 
-def profile_of_this_node(profiles_dir: str | None) -> tuple[str, str]:
+def profile_of_this_node(profiles_dir: str | None) -> tuple[profiles.Profile, str]:
     """The profile `gpucheck node` would judge this node against, chosen as it chooses (node.yaml's, else
     from the GPUs NVML reports), and how it was chosen, in words that say so when NVML could not tell."""
     from collections import Counter
@@ -311,7 +324,7 @@ def profile_of_this_node(profiles_dir: str | None) -> tuple[str, str]:
         if profiles_dir:
             site = replace(site, profiles_dir=profiles_dir)
         gather = Gatherer(Context(timeout=10.0, config=site))
-        chosen = choose_profile(None, site, gather).name
+        chosen = choose_profile(None, site, gather)
     except (config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))
     if site.profile != "auto":
@@ -323,8 +336,10 @@ def profile_of_this_node(profiles_dir: str | None) -> tuple[str, str]:
     if not gpu_names:
         return chosen, "the default: NVML reports no GPU"
     models = ", ".join(f"{count} x {name}" for name, count in Counter(gpu_names).most_common())
-    if chosen == profiles.DEFAULT_PROFILE:
-        return chosen, f"the default: no profile matches the GPUs NVML reports, {models}"
+    if chosen.name == profiles.DEFAULT_PROFILE:
+        return chosen, f"the default: no profile matches the GPUs NVML reports, {models}, nor any SKU entry"
+    if chosen.data.get(profiles.SOURCES):
+        return chosen, f"derived from the GPU SKU table: no profile matches the GPUs NVML reports, {models}"
     return chosen, f"matched by the GPUs NVML reports: {models}"
 
 

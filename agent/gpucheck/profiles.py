@@ -48,6 +48,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "pcie_gen_min": (int,),
         "pcie_width_min": (int,),
         "nvlink_links_per_gpu": (int,),
+        "nvlink_optional": (bool,),  # links through an optional bridge: none up is no bridge, some up need all
         "nvswitch": (bool,),
     },
     "health": {"xid_warn_codes_fail": (bool,), "clocks_event_reasons_fail": (list,),
@@ -101,6 +102,9 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     },
 }
 TOP_LEVEL = {"name", "description", "inherits", *SCHEMA}
+# A derived profile's own keys (node/derived_profile.py), never a site file's: `gpu` thresholds per GPU label,
+# where each threshold came from, and each GPU's SKU id.
+PER_GPU, SOURCES, SKUS = "per_gpu", "sources", "skus"
 TEXT_KEYS = ("name", "description", "inherits")
 
 # The names a profile's lists may hold. The node checks use these names; each is defined here once.
@@ -160,6 +164,13 @@ class Profile:
 
     def get(self, section: str, key: str, default: Any = None) -> Any:
         value = self.data.get(section, {}).get(key)
+        return default if value is None else value
+
+    def for_gpu(self, gpu: dict[str, Any], key: str, default: Any = None) -> Any:
+        """A `gpu` threshold for one GPU: its own where the profile states one per GPU (a derived profile of a
+        node with GPUs of two SKUs: node/derived_profile.py), else the node's."""
+        own = (self.data.get(PER_GPU) or {}).get(f"GPU{gpu['index']}") or {}
+        value = own[key] if key in own else self.get("gpu", key)
         return default if value is None else value
 
     @property
@@ -328,8 +339,8 @@ def matches(profile: Profile, gpu_names: list[str], ib_hcas: int) -> bool:
     return not regex or all(re.search(regex, name) for name in gpu_names)
 
 
-def select(gpu_names: list[str], ib_hcas: int = 0, extra_dir: str | os.PathLike | None = None) -> Profile:
-    """The most specific profile whose `match` fits what NVML reports, else the generic one."""
+def best_match(gpu_names: list[str], ib_hcas: int = 0, extra_dir: str | os.PathLike | None = None) -> Profile | None:
+    """The most specific profile whose `match` fits what NVML reports, or None."""
     best: tuple[int, Profile] | None = None
     for name in available(extra_dir):
         try:
@@ -340,4 +351,4 @@ def select(gpu_names: list[str], ib_hcas: int = 0, extra_dir: str | os.PathLike 
             specificity = len(profile.data.get("match", {}))
             if best is None or specificity > best[0]:
                 best = (specificity, profile)
-    return best[1] if best else load(DEFAULT_PROFILE, extra_dir)
+    return best[1] if best else None

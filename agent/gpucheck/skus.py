@@ -40,7 +40,14 @@ NUMBERS: dict[str, tuple[bool, bool, bool]] = {
 }
 # The frameworks a published ResNet-50 training figure may be for (`gpucheck cluster --framework` names).
 TRAINING_FRAMEWORKS = ("tf-horovod", "torch")
-OTHER_KEYS = ("name", "nvml_names", "pci_device_ids", "peak_TFLOPS", "resnet50_train_img_s")
+# What a derived profile (derived_profile.py) needs beyond the figures; each optional: an entry without one
+# leaves what it decides unjudged. form_factor: `sxm`, a module on a baseboard whose NVLinks are wired; `pcie`,
+# an add-in card whose NVLinks (if any) come only through an optional bridge.
+FORM_FACTORS = ("sxm", "pcie")
+FLAGS = ("ecc", "data_centre")
+OTHER_KEYS = ("name", "nvml_names", "pci_device_ids", "peak_TFLOPS", "resnet50_train_img_s", "compute_capability",
+              "form_factor", *FLAGS)
+COMPUTE_CAPABILITY = re.compile(r"\d{1,2}\.\d{1,2}")
 KEYS = (*OTHER_KEYS, *NUMBERS)
 
 
@@ -70,6 +77,10 @@ class Sku:
     nvlink_GBps_per_link: float = 0
     # published ResNet-50 training images/s on 1 GPU, mixed precision, per framework (docs/training.md)
     resnet50_train_img_s: Mapping[str, float] = field(default_factory=dict)
+    compute_capability: str | None = None  # "9.0"
+    form_factor: str | None = None  # FORM_FACTORS
+    ecc: bool | None = None  # the memory has ECC (on by default on data-centre parts)
+    data_centre: bool | None = None  # a data-centre part: persistence mode is expected on
     patterns: tuple[re.Pattern[str], ...] = field(default=(), repr=False, compare=False)
 
     def peak(self, dtype: str) -> float | None:
@@ -218,7 +229,34 @@ def entry_sku(sku_id: str, entry: Any, where: str) -> Sku:
                power_limit_W=numbers["power_limit_W"], pcie_gen=numbers["pcie_gen"],
                pcie_width=numbers["pcie_width"], nvml_memory_MiB=numbers["nvml_memory_MiB"],
                nvlink_links=numbers["nvlink_links"] or 0, nvlink_GBps_per_link=numbers["nvlink_GBps_per_link"] or 0,
-               resnet50_train_img_s=training_figures(entry.get("resnet50_train_img_s"), where), patterns=patterns)
+               resnet50_train_img_s=training_figures(entry.get("resnet50_train_img_s"), where), patterns=patterns,
+               compute_capability=compute_capability(entry.get("compute_capability"), where),
+               form_factor=choice(entry, "form_factor", FORM_FACTORS, where),
+               **{flag: boolean(entry, flag, where) for flag in FLAGS})
+
+
+def compute_capability(value: Any, where: str) -> str | None:
+    """"9.0" (YAML may read 9.0 or 8.6 as a number: a capability is written MAJOR.MINOR either way)."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else ""
+    if not COMPUTE_CAPABILITY.fullmatch(text.strip()):
+        raise SkuError(f"{where}: 'compute_capability' must be MAJOR.MINOR such as \"9.0\", got {shown(value)}")
+    return text.strip()
+
+
+def choice(entry: dict[str, Any], key: str, known: tuple[str, ...], where: str) -> str | None:
+    value = entry.get(key)
+    if value is not None and value not in known:
+        raise SkuError(f"{where}: '{key}' must be one of {', '.join(known)}, got {shown(value)}")
+    return value
+
+
+def boolean(entry: dict[str, Any], key: str, where: str) -> bool | None:
+    value = entry.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise SkuError(f"{where}: '{key}' must be true or false, got {shown(value)}")
+    return value
 
 
 def nvml_names(value: Any, where: str) -> tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]:

@@ -207,7 +207,9 @@ def test_each_fault_changes_exactly_its_answers(healthy: ProbeResult, run_probe,
 
 def test_every_scenario_file_is_covered_by_a_test() -> None:
     tested = set(FAULTS) | {"dgx-h100", "dgx-a100", "t4", "p100", "driver-mismatch", "hang", "h100-1gpu",
-                            "hang-shutdown", "h100-1gpu-burn"}
+                            "hang-shutdown", "h100-1gpu-burn",
+                            # judged end to end against their derived profiles: tests/node/test_derived_profile.py
+                            "h200-1gpu", "l40s-4gpu", "a100-pcie-8gpu", "h100-pcie-8gpu", "h200-nvl-8gpu"}
     present = {p.stem for p in scenario_path("dgx-h100").parent.glob("*.scn")}
     assert present == tested
 

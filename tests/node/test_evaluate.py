@@ -59,7 +59,7 @@ GPU_CASES = [
     (health.clocks, lambda g: g.update(clocks_event_reasons=["sw_thermal_slowdown"]), Status.WARN, "thermal"),
     (health.temperature, lambda g: g.update(temperature_C=88), Status.FAIL, "slowdown threshold"),
     (health.temperature, lambda g: g.update(temperature_C=84), Status.WARN, "within 5 C"),
-    (health.power, lambda g: g.update(power_limit_W=500.0), Status.WARN, "capped at 500 W"),
+    (health.power, lambda g: g.update(power_limit_W=500.0), Status.FAIL, "capped at 500 W"),
     (links.pcie, lambda g: g.update(pcie={"gen": 3, "gen_max": 5, "width": 8, "width_max": 16}), Status.FAIL,
      "x8 of x16"),
     (links.pcie, lambda g: g.update(pcie={"gen": 1, "gen_max": 5, "width": 16, "width_max": 16}), Status.WARN,
@@ -339,7 +339,7 @@ def test_profile_is_chosen_as_if_every_gpu_on_the_bus_answered():
     assert selection_names({"gpus": [{"index": 0, "lost": True}]}, bus) == []
 
 
-def test_pci_collector_lists_nvidia_display_and_3d_controllers_only(tmp_path, monkeypatch):
+def test_pci_collector_lists_nvidia_gpus_and_nvswitches_only(tmp_path, monkeypatch):
     from gpucheck.node import Context
     from lab.fakenvml import write_pci_tree
 
@@ -352,7 +352,8 @@ def test_pci_collector_lists_nvidia_display_and_3d_controllers_only(tmp_path, mo
     monkeypatch.setenv("GPUCHECK_SYSFS_ROOT", str(root))
     assert links.collect_pci_gpus(Context()) == {"gpus": [
         {"address": "0000:18:00.0", "device": "0x2330", "class": "0x030200", "driver": "nvidia"},
-        {"address": "0000:65:00.0", "device": "0x1eb8", "class": "0x030000", "driver": None}]}
+        {"address": "0000:65:00.0", "device": "0x1eb8", "class": "0x030000", "driver": None}],
+        "nvswitches": [{"address": "0000:05:00.0", "device": "0x0000"}]}
     monkeypatch.setenv("GPUCHECK_SYSFS_ROOT", str(tmp_path / "nothing"))
     with pytest.raises(CollectError):
         links.collect_pci_gpus(Context())

@@ -146,6 +146,9 @@ def test_xid_in_kernel_log_fails_with_the_pci_id(node):
 
 def test_profile_is_chosen_from_what_nvml_reports(libdir, fake_bin, tmp_path):
     (tmp_path / "none.yaml").write_text("{}\n")
+    unknown = tmp_path / "unknown.scn"  # a GPU the SKU table does not know
+    unknown.write_text(f"include = {scenario_path('t4')}\ngpu.0.name = NVIDIA Hypothetical X1\n"
+                       "gpu.0.pci_device_id = 0x999910DE\n")
     dgx_bus = write_pci_tree(tmp_path / "dgx", DGX_H100_BUS, NVSWITCHES)
     no_bus = write_pci_tree(tmp_path / "none", [])
     for scenario, sysfs, expected in (("dgx-h100", dgx_bus, "dgx-h100"), ("dgx-a100", no_bus, "dgx-a100"),
@@ -153,8 +156,10 @@ def test_profile_is_chosen_from_what_nvml_reports(libdir, fake_bin, tmp_path):
                                       ("h100-1gpu", no_bus, "h100-1gpu"),
                                       # fewer GPUs in NVML than on the bus: judged as what the bus holds
                                       ("seven-of-eight", dgx_bus, "dgx-h100"), ("gpu-lost", no_bus, "dgx-h100"),
-                                      ("seven-of-eight", no_bus, "generic")):
-        env = env_for(scenario_path(scenario), libdir)
+                                      # no profile matches: derived from the GPUs' SKU entry, else generic
+                                      ("seven-of-eight", no_bus, "derived-h100-sxm5-80gb"),
+                                      (unknown, no_bus, "generic")):
+        env = env_for(scenario if isinstance(scenario, Path) else scenario_path(scenario), libdir)
         env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(tmp_path / "none.yaml"), GPUCHECK_SYSFS_ROOT=str(sysfs))
         done = run_gpucheck(["profiles"], env)
         assert done.returncode == 0, done.stderr
@@ -171,15 +176,15 @@ def test_profiles_says_how_the_profile_was_chosen_and_never_credits_nvml_without
     no_bus = write_pci_tree(tmp_path / "none", [])
     for scenario, sysfs, config, expected in (
             ("dgx-h100", dgx_bus, auto, "dgx-h100, matched by the GPUs NVML reports: 8 x NVIDIA H100 80GB HBM3"),
-            ("seven-of-eight", no_bus, auto, "generic, the default: no profile matches the GPUs NVML reports, "
-                                             "7 x NVIDIA H100 80GB HBM3"),
+            ("seven-of-eight", no_bus, auto, "derived-h100-sxm5-80gb, derived from the GPU SKU table: no profile "
+                                             "matches the GPUs NVML reports, 7 x NVIDIA H100 80GB HBM3"),
             ("driver-mismatch", dgx_bus, auto, "generic, the default: NVML could not be read ("),
             ("dgx-h100", dgx_bus, named, f"pcie-1gpu, named in {named}")):
         env = env_for(scenario_path(scenario), libdir)
         env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config), GPUCHECK_SYSFS_ROOT=str(sysfs))
         done = run_gpucheck(["profiles"], env)
         assert done.returncode == 0, done.stderr
-        footer = done.stdout.rstrip().splitlines()[-1]
+        footer = next(line for line in done.stdout.splitlines() if line.startswith("* = "))
         assert footer.startswith(f"* = the profile this node gets: {expected}"), (scenario, footer)
         marked = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("* ") and line[2] != "="]
         assert marked == [expected.split(",")[0]], (scenario, done.stdout)

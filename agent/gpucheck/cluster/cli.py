@@ -23,7 +23,8 @@ from .stages.order import STAGE_NAMES
 EPILOG = """\
 exit codes: 0 every node and cluster check passes, 1 warnings only, 2 at least one failure (a failed
 check, an unreachable or hung node, version drift), 3 could not check everything (bad input, a node
-that refused our key or host key, an agent that is missing or crashed) and no failure.
+that refused our key or host key, an agent that is missing or crashed, a machine the inventory lists twice)
+and no failure.
 
 examples:
   gpucheck cluster -i inventory/prod                   every host of gpu_nodes (else all)
@@ -182,7 +183,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     from ..report import cluster as report
     from ..report.cluster.redact import for_terminal
-    from . import fanout, handoff, progress
+    from . import duplicates, fanout, handoff, progress
     from .context import ClusterContext
     from .inventory import InventoryError, load
     from .stages import order as stages
@@ -255,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
             if slurm_nodes is not None:
                 print(for_terminal(slurm_fanout.summary(ctx.nodes)))
             handoff.fail_safe(ctx.nodes)
+            for name in duplicates.mark(ctx.nodes, [h.name for h in inventory.hosts]):
+                writer.node(name, ctx.nodes[name].to_dict())  # its file still held its agent's report
             save()
             for name, stage in stages.STAGES:
                 if name not in selected:

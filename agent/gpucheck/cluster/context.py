@@ -31,7 +31,7 @@ class NodeOutcome:
     status: Status
     reason: str
     kind: str  # report | unreachable | timeout | auth | host-key | ssh | agent-missing | agent-crashed | usage |
-    # malformed (a report that is not the shape of one)
+    # malformed (a report that is not the shape of one) | duplicate (a machine already listed: duplicates.py)
     wall_s: float = 0.0
     exit_code: int | None = None  # the remote command's exit status, when it ended
     report: dict[str, Any] | None = None

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..model import Status
 from ..profiles import Profile
+from . import duplicates
 from .context import ClusterContext, ClusterResult
 from .ssh.client import RemoteHosts
 
@@ -63,7 +64,8 @@ def participants(ctx: ClusterContext, gpu_work: bool = False) -> Participants:
     cluster check: one bad node must not fail every collective after it. `gpu_work`: a job that may load the
     GPUs also leaves out a node whose GPUs another program uses (its agent saw them busy: node/busy.py)."""
     usable = ctx.usable()
-    left_out = {n: "no report: " + ctx.nodes[n].reason for n in ctx.nodes if n not in ctx.checked()}
+    left_out = {n: ("" if ctx.nodes[n].kind == duplicates.KIND else "no report: ") + ctx.nodes[n].reason
+                for n in ctx.nodes if n not in ctx.checked()}
     if gpu_work:
         left_out.update({n: f"its GPUs are in use by another program ({busy})" for n in usable
                          if (busy := busy_gpus(ctx, n))})

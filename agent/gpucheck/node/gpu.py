@@ -6,20 +6,24 @@ import re
 from typing import Any
 
 from ..model import Result, Status, worst
-from ..profiles import Profile
+from ..profiles import SKUS, Profile
 from ..versions import version_tuple
 from . import Check
+from .derived_profile import labels
 from .links import sysfs_pci_address
 from .per_gpu import (
     READ_ERROR_HINT,
     Finding,
     any_unread,
+    asks,
     field_error,
     gpu_label,
     live_gpus,
     per_gpu,
     read_finding,
     skip_unless_unread,
+    stated,
+    thresholds,
     unread,
 )
 
@@ -77,6 +81,8 @@ def count(f: dict[str, Any], p: Profile) -> Result:
 
 def model(f: dict[str, Any], p: Profile) -> Result:
     regex = p.get("gpu", "name_regex")
+    if not regex and p.data.get(SKUS):
+        return sku_models(f, p.data[SKUS])
     if not regex and not any_unread(f["nvml"], ("name",)):
         names = sorted({g.get("name") for g in live_gpus(f["nvml"])} - {None})
         return Result("gpu.model", Status.SKIP, names, None, "profile does not pin a GPU model")
@@ -93,24 +99,54 @@ def model(f: dict[str, Any], p: Profile) -> Result:
                    fields=("name",))
 
 
+def sku_models(f: dict[str, Any], found: dict[str, str | None]) -> Result:
+    """A derived profile's node: every GPU one SKU, or said plainly which GPU is which (each is judged against
+    its own entry; one the table does not know, for health only)."""
+    gpus = live_gpus(f["nvml"])
+    groups: dict[str, list[str]] = {}
+    for g in gpus:
+        sku = found.get(f"GPU{g['index']}")
+        groups.setdefault(f"{g.get('name')!r} (SKU {sku})" if sku else f"{g.get('name')!r} (in no SKU entry: "
+                          "judged for health only)", []).append(f"GPU{g['index']}")
+    measured = {f"GPU{g['index']}": found.get(f"GPU{g['index']}") for g in gpus}
+    if len(groups) == 1 and all(measured.values()):
+        return Result("gpu.model", Status.PASS, measured, None,
+                      f"every GPU is {next(iter(groups))}, judged against its entry in the SKU table")
+    return Result("gpu.model", Status.WARN, measured, None,
+                  f"GPUs of {len(groups)} kinds on one node: " + "; ".join(f"{labels(group)} {kind}"
+                                                                          for kind, group in groups.items()),
+                  "a node's GPUs are normally one model: check the hardware against the order; if this node is "
+                  "meant to be so, write a profile for it (`gpucheck profiles` shows the derived thresholds)")
+
+
 def compute_capability(f: dict[str, Any], p: Profile) -> Result:
-    minimum = p.get("gpu", "compute_capability_min")
     fields = ("compute_capability",)
-    if minimum is None:
+    if not asks(p, f["nvml"], "compute_capability_min"):
         return skip_unless_unread("gpu.compute_capability", f["nvml"], fields,
                                   "profile sets no minimum compute capability")
-    need = version_tuple(minimum)
+    wanted = stated(thresholds(p, f["nvml"], "compute_capability_min"))
 
     def inspect(g: dict[str, Any]) -> Finding:
-        cc = g.get("compute_capability")
+        minimum, cc = p.for_gpu(g, "compute_capability_min"), g.get("compute_capability")
+        if minimum is None:
+            return None
         if cc is None:
             return None if field_error(g, "compute_capability") else (Status.ERROR, "compute capability not reported")
-        return None if version_tuple(cc) >= need else (Status.FAIL, f"compute capability {cc} < {minimum}")
+        return None if version_tuple(cc) >= version_tuple(minimum) else (
+            Status.FAIL, f"compute capability {cc} < {minimum}")
 
     return per_gpu("gpu.compute_capability", f["nvml"], inspect, lambda g: g.get("compute_capability"),
-                   f">= {minimum}", f"compute capability >= {minimum}",
+                   at_least(wanted), f"compute capability >= {wanted}" if isinstance(wanted, str)
+                   else "every GPU's compute capability >= its SKU's",
                    "this GPU generation is too old for the profile's stack: use a profile for this hardware "
                    "(--profile) or a stack built for it", fields=fields)
+
+
+def at_least(wanted: Any, unit: str = "") -> Any:
+    """">= 9.0", or per GPU where GPUs of two SKUs have their own minimum."""
+    if isinstance(wanted, dict):
+        return {label: f">= {value}{unit}" for label, value in wanted.items()}
+    return f">= {wanted}{unit}"
 
 
 def driver(f: dict[str, Any], p: Profile) -> Result:
@@ -138,29 +174,35 @@ def driver(f: dict[str, Any], p: Profile) -> Result:
 
 
 def memory(f: dict[str, Any], p: Profile) -> Result:
-    minimum = p.get("gpu", "memory_per_gpu_MiB_min")
-    if minimum is None:
+    if not asks(p, f["nvml"], "memory_per_gpu_MiB_min"):
         return skip_unless_unread("gpu.memory", f["nvml"], ("memory",), "profile sets no minimum GPU memory")
+    wanted = stated(thresholds(p, f["nvml"], "memory_per_gpu_MiB_min"))
 
     def inspect(g: dict[str, Any]) -> Finding:
-        total = g.get("memory_total_MiB")
+        minimum, total = p.for_gpu(g, "memory_per_gpu_MiB_min"), g.get("memory_total_MiB")
+        if minimum is None:
+            return None
         if total is None:
             return None if field_error(g, "memory") else (Status.ERROR, "memory size not reported")
         return None if total >= minimum else (Status.FAIL, f"{total} MiB < {minimum} MiB")
 
-    return per_gpu("gpu.memory", f["nvml"], inspect, lambda g: g.get("memory_total_MiB"), f">= {minimum} MiB",
-                   f"every GPU has >= {minimum} MiB",
+    return per_gpu("gpu.memory", f["nvml"], inspect, lambda g: g.get("memory_total_MiB"), at_least(wanted, " MiB"),
+                   f"every GPU has >= {wanted} MiB" if not isinstance(wanted, dict)
+                   else "every GPU has its SKU's memory",
                    "a GPU reporting less memory than its model has is faulty or in a wrong mode: reset, then RMA",
                    fields=("memory",))
 
 
 def persistence(f: dict[str, Any], p: Profile) -> Result:
     fields = ("persistence_mode",)
-    if not p.get("gpu", "persistence_mode_required", False):
+    if not any(thresholds(p, f["nvml"], "persistence_mode_required").values()) and not p.get(
+            "gpu", "persistence_mode_required", False):
         return skip_unless_unread("gpu.persistence", f["nvml"], fields, "profile does not require persistence mode")
 
     def inspect(g: dict[str, Any]) -> Finding:
         mode = g.get("persistence_mode")
+        if not p.for_gpu(g, "persistence_mode_required", False):
+            return None
         if mode is False:
             return Status.FAIL, "persistence mode off"
         if mode is None and field_error(g, "persistence_mode") is None:
@@ -168,7 +210,8 @@ def persistence(f: dict[str, Any], p: Profile) -> Result:
         return None
 
     return per_gpu(
-        "gpu.persistence", f["nvml"], inspect, lambda g: g.get("persistence_mode"), True, "persistence mode on",
+        "gpu.persistence", f["nvml"], inspect, lambda g: g.get("persistence_mode"),
+        stated(thresholds(p, f["nvml"], "persistence_mode_required")), "persistence mode on",
         "start nvidia-persistenced (systemctl enable --now nvidia-persistenced); without it every job pays "
         "driver initialisation and GPU state can reset between jobs", fields=fields)
 

@@ -7,7 +7,17 @@ from typing import Any
 from ..model import Result, Status
 from ..profiles import Profile
 from . import Check
-from .per_gpu import Finding, any_unread, field_error, live_gpus, per_gpu, skip_unless_unread
+from .per_gpu import (
+    Finding,
+    any_unread,
+    asks,
+    field_error,
+    live_gpus,
+    per_gpu,
+    skip_unless_unread,
+    stated,
+    thresholds,
+)
 
 RESET_HINT = "drain the node and reset the GPU (nvidia-smi -r -i N) or reboot"
 RMA_HINT = "drain the node and open an RMA for the GPU"
@@ -15,17 +25,20 @@ RMA_HINT = "drain the node and open an RMA for the GPU"
 
 def ecc_mode(f: dict[str, Any], p: Profile) -> Result:
     nvml = f["nvml"]
-    if not p.get("gpu", "ecc_required", False):
+    if not any(thresholds(p, nvml, "ecc_required").values()) and not p.get("gpu", "ecc_required", False):
         return skip_unless_unread("gpu.ecc_mode", nvml, ("ecc_mode",), "profile does not require ECC")
 
     def inspect(g: dict[str, Any]) -> Finding:
+        if not p.for_gpu(g, "ecc_required", False):
+            return None
         if g.get("ecc_mode") is False:
             return Status.FAIL, "ECC disabled"
         if g.get("ecc_mode") is None and field_error(g, "ecc_mode") is None:
             return Status.FAIL, "ECC mode not supported by this GPU"
         return None
 
-    return per_gpu("gpu.ecc_mode", nvml, inspect, lambda g: g.get("ecc_mode"), True, "ECC enabled",
+    return per_gpu("gpu.ecc_mode", nvml, inspect, lambda g: g.get("ecc_mode"),
+                   stated(thresholds(p, nvml, "ecc_required")), "ECC enabled",
                    "enable ECC (nvidia-smi -e 1) and reset the GPU; training without ECC risks silent corruption",
                    fields=("ecc_mode",))
 
@@ -141,23 +154,26 @@ def temperature(f: dict[str, Any], p: Profile) -> Result:
 
 
 def power(f: dict[str, Any], p: Profile) -> Result:
-    minimum = p.get("gpu", "power_limit_W_min")
     fields = ("power", "power_limit")
-    if minimum is None:
+    if not asks(p, f["nvml"], "power_limit_W_min"):
         return skip_unless_unread("gpu.power", f["nvml"], fields, "profile sets no power limit")
+    wanted = stated(thresholds(p, f["nvml"], "power_limit_W_min"), lambda watts: f"limit >= {watts:g} W")
 
     def inspect(g: dict[str, Any]) -> Finding:
-        limit = g.get("power_limit_W")
+        minimum, limit = p.for_gpu(g, "power_limit_W_min"), g.get("power_limit_W")
+        if minimum is None:
+            return None
         if limit is None:
             return None if field_error(g, "power_limit") else (Status.ERROR, "enforced power limit not reported")
-        if limit < minimum:
-            return Status.WARN, f"power capped at {limit:g} W < {minimum:g} W"
+        if limit < minimum:  # a GPU capped below its rating runs slower than the cluster was sized for
+            return Status.FAIL, f"power capped at {limit:g} W < {minimum:g} W"
         return None
 
     return per_gpu("gpu.power", f["nvml"], inspect,
                    lambda g: {"draw_W": g.get("power_W"), "limit_W": g.get("power_limit_W")},
-                   f"limit >= {minimum} W", "power limits at the board's rating",
-                   "reset the limit (nvidia-smi -pl) or check the BMC/PSU power capping policy", fields=fields)
+                   wanted, "power limits at the board's rating",
+                   "reset the limit (nvidia-smi -pl) or check the BMC/PSU power capping policy; a site that caps "
+                   "on purpose states its cap in its profile (gpu.power_limit_W_min)", fields=fields)
 
 
 CHECKS = [

@@ -11,22 +11,31 @@ import psutil
 
 from ..model import Result, Status
 from ..process import CallTimeout, call_with_timeout
-from ..profiles import Profile
+from ..profiles import SOURCES, Profile
 from . import Check, CollectError, Context
-from .per_gpu import Finding, field_error, live_gpus, per_gpu, read_finding, skip_unless_unread
+from .per_gpu import (
+    Finding,
+    field_error,
+    live_gpus,
+    per_gpu,
+    read_finding,
+    skip_unless_unread,
+    stated,
+    thresholds,
+)
 
 PCIE_FIELDS = ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max")
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # PCI class: display controller, VGA-compatible / 3D controller
+NVSWITCH_CLASS = "0x0680"  # PCI class "bridge, other": how an NVSwitch shows on the bus (lspci "Bridge: ... NVSwitch")
 STUCK_HINT = ("a sysfs file that does not answer is held by a wedged driver: check dmesg, `ps -eo state,pid,cmd` "
               "for processes in D state; a reboot clears it")
 T = TypeVar("T")
 
 
 def pcie(f: dict[str, Any], p: Profile) -> Result:
-    gen_min, width_min = p.get("gpu", "pcie_gen_min"), p.get("gpu", "pcie_width_min")
-
     def inspect(g: dict[str, Any]) -> Finding:
+        gen_min, width_min = p.for_gpu(g, "pcie_gen_min"), p.for_gpu(g, "pcie_width_min")
         link = g.get("pcie") or {}
         width, width_max, gen, gen_max = link.get("width"), link.get("width_max"), link.get("gen"), link.get("gen_max")
         if (width is None or gen is None) and not any(field_error(g, key) for key in PCIE_FIELDS):
@@ -43,32 +52,48 @@ def pcie(f: dict[str, Any], p: Profile) -> Result:
             return Status.FAIL, f"Gen{gen} < Gen{gen_min}"
         return None
 
-    return per_gpu("gpu.pcie", f["nvml"], inspect,
+    nvml = f["nvml"]
+    return per_gpu("gpu.pcie", nvml, inspect,
                    lambda g: "Gen{gen} x{width} (max Gen{gen_max} x{width_max})".format(**(g.get("pcie") or {}))
                    if (g.get("pcie") or {}).get("width") is not None else None,
-                   {"gen_min": gen_min, "width_min": width_min, "at_max": True}, "links at full width",
+                   {"gen_min": stated(thresholds(p, nvml, "pcie_gen_min")),
+                    "width_min": stated(thresholds(p, nvml, "pcie_width_min")), "at_max": True},
+                   "links at full width",
                    "reseat the GPU or riser, check the slot's BIOS settings; a downtrained link cuts "
                    "host-device and GPUDirect bandwidth", fields=PCIE_FIELDS)
 
 
 def nvlink(f: dict[str, Any], p: Profile) -> Result:
-    expected = p.get("gpu", "nvlink_links_per_gpu")
-    if not expected:
-        return skip_unless_unread("gpu.nvlink", f["nvml"], ("nvlink",), "profile expects no NVLink")
+    nvml = f["nvml"]
+    if not any(thresholds(p, nvml, "nvlink_links_per_gpu").values()) and not p.get("gpu", "nvlink_links_per_gpu"):
+        why = (p.data.get(SOURCES) or {}).get("gpu.nvlink_links_per_gpu")  # a derived profile says why not
+        return skip_unless_unread("gpu.nvlink", nvml, ("nvlink",), why or "profile expects no NVLink")
+    optional = any(thresholds(p, nvml, "nvlink_optional").values())
 
     def inspect(g: dict[str, Any]) -> Finding:
-        links = g.get("nvlink")
+        expected, links = p.for_gpu(g, "nvlink_links_per_gpu"), g.get("nvlink")
+        bridged = not p.for_gpu(g, "nvlink_optional", False)
+        if not expected:
+            return None
         if links is None:
-            return None if field_error(g, "nvlink") else (Status.FAIL, "no NVLink reported")
-        if links["up"] < expected:
+            if field_error(g, "nvlink") or not bridged:
+                return None  # an optional bridge not fitted: NVML reports no link
+            return Status.FAIL, "no NVLink reported"
+        if links["up"] < expected and (bridged or links["up"] > 0):
             down = ", ".join(map(str, links["down"])) or "missing"
-            return Status.FAIL, f"{links['up']} of {expected} NVLinks up (down: {down})"
+            fitted = "" if bridged else " (a bridge is fitted: every link must be up)"
+            return Status.FAIL, f"{links['up']} of {expected} NVLinks up (down: {down}){fitted}"
         return None
 
-    return per_gpu("gpu.nvlink", f["nvml"], inspect, lambda g: (g.get("nvlink") or {}).get("up"),
-                   f"{expected} links up per GPU", f"{expected} NVLinks up on every GPU",
-                   "check nvidia-smi nvlink -s and Xid 74; reseat the GPU/NVSwitch baseboard or RMA",
-                   fields=("nvlink",))
+    wanted = stated(thresholds(p, nvml, "nvlink_links_per_gpu"))
+    uniform = not isinstance(wanted, dict)
+    expected = f"{wanted} links up per GPU" if uniform else {label: f"{n} links up" for label, n in wanted.items()}
+    return per_gpu("gpu.nvlink", nvml, inspect, lambda g: (g.get("nvlink") or {}).get("up"),
+                   {"links": expected, "bridges_optional": True} if optional else expected,
+                   "every GPU's NVLinks up, or none where a bridge is optional and not fitted" if optional
+                   else f"{wanted} NVLinks up on every GPU" if uniform else "every GPU's NVLinks up",
+                   "check nvidia-smi nvlink -s and Xid 74; reseat the bridge, the GPU or the NVSwitch baseboard, "
+                   "or RMA", fields=("nvlink",))
 
 
 def find_fabric_manager() -> dict[str, Any]:
@@ -163,21 +188,26 @@ def collect_nic_numa(ctx: Context) -> dict[str, Any]:
 
 def collect_pci_gpus(ctx: Context) -> dict[str, Any]:
     """NVIDIA GPUs on the PCI bus, whatever the driver makes of them: vendor 0x10de, class VGA (0x0300xx)
-    or 3D controller (0x0302xx). NVSwitch bridges (0x0680xx) and HDMI audio (0x0403xx) are not GPUs."""
+    or 3D controller (0x0302xx); and the NVSwitches (bridges, 0x0680xx), which say the GPUs' NVLinks go
+    through a switch. HDMI audio (0x0403xx) is neither."""
     devices = sysfs_root() / "bus" / "pci" / "devices"
 
     def scan(sysfs: Sysfs) -> dict[str, Any]:
         found = sysfs.listing(devices)
         if found is None:
             raise CollectError(f"{devices} not readable: the PCI bus cannot be listed", harness=True)
-        gpus = []
+        gpus, nvswitches = [], []
         for dev in found:
+            if sysfs.read(dev / "vendor") != NVIDIA_VENDOR:
+                continue
             pci_class = sysfs.read(dev / "class") or ""
-            if sysfs.read(dev / "vendor") == NVIDIA_VENDOR and pci_class.startswith(GPU_CLASSES):
+            if pci_class.startswith(GPU_CLASSES):
                 # driver: a link to .../drivers/nvidia (or vfio-pci, nouveau), none when unbound
                 gpus.append({"address": dev.name.lower(), "device": sysfs.read(dev / "device"), "class": pci_class,
                              "driver": sysfs.link(dev / "driver")})
-        return {"gpus": gpus}
+            elif pci_class.startswith(NVSWITCH_CLASS):
+                nvswitches.append({"address": dev.name.lower(), "device": sysfs.read(dev / "device")})
+        return {"gpus": gpus, "nvswitches": nvswitches}
 
     return Sysfs().scan(ctx, scan)
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..model import Result, Status, worst
+from ..profiles import Profile
 
 Finding = tuple[Status, str] | None
 
@@ -67,6 +68,26 @@ def unread(gpu: dict[str, Any], fields: Sequence[str]) -> list[tuple[Status, str
 
 def any_unread(nvml: dict[str, Any], fields: Sequence[str]) -> bool:
     return any(unread(g, fields) for g in live_gpus(nvml))
+
+
+def thresholds(profile: Profile, nvml: dict[str, Any], key: str) -> dict[str, Any]:
+    """{"GPU0": the profile's `gpu` threshold `key` for it} over the responsive GPUs (None: it states none)."""
+    return {f"GPU{g['index']}": profile.for_gpu(g, key) for g in live_gpus(nvml)}
+
+
+def asks(profile: Profile, nvml: dict[str, Any], key: str) -> bool:
+    """Whether the profile states `gpu.key` for the node or for any responsive GPU."""
+    return profile.get("gpu", key) is not None or any(v is not None for v in thresholds(profile, nvml, key).values())
+
+
+def stated(values: dict[str, Any], shown: Callable[[Any], Any] = lambda value: value) -> Any:
+    """A per-GPU threshold as a Result's `expected` says it: once when every GPU has the same, else per GPU."""
+    present = {label: value for label, value in values.items() if value is not None}
+    if not present:
+        return None
+    if len(present) == len(values) and len({repr(v) for v in present.values()}) == 1:
+        return shown(next(iter(present.values())))
+    return {label: shown(value) for label, value in present.items()}
 
 
 def skip_unless_unread(check: str, nvml: dict[str, Any], fields: Sequence[str], reason: str,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import __version__, profiles
+from .. import __version__, profiles, skus
 from ..config import NodeConfig
 from ..model import Report, Result, Status
 from ..process import CallTimeout, call_with_timeout
@@ -27,9 +27,11 @@ from . import (
     bandwidth,
     busy,
     dcgm,
+    derived_profile,
     gpu,
     health,
     host,
+    identity,
     infiniband,
     kernel_log,
     links,
@@ -160,9 +162,20 @@ def choose_profile(requested: str | None, config: NodeConfig, gather: Gatherer) 
     name = requested or (config.profile if config.profile != "auto" else None)
     if name:
         return profiles.load(name, config.profiles_dir)
-    names = selection_names(gather.get("nvml") or {}, gather.get("pci_gpus") or {})
+    nvml_facts, pci = gather.get("nvml") or {}, gather.get("pci_gpus") or {}
+    names = selection_names(nvml_facts, pci)
     hcas = len((gather.get("nic_numa") or {}).get("nics", {}))
-    return profiles.select(names, hcas, config.profiles_dir)
+    matched = profiles.best_match(names, hcas, config.profiles_dir)
+    if matched is not None:
+        return matched
+    generic = profiles.load(profiles.DEFAULT_PROFILE, config.profiles_dir)
+    if not names:
+        return generic
+    try:
+        table = skus.load(extra_dir=config.profiles_dir)
+    except skus.SkuError as exc:
+        raise profiles.ProfileError(f"no profile matches this node's GPUs and none can be derived: {exc}") from None
+    return derived_profile.derive(nvml_facts, pci, table, generic) or generic
 
 
 def selection_names(nvml_facts: dict[str, Any], pci: dict[str, Any]) -> list[str]:
@@ -211,6 +224,8 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
         # the programs another user runs on a GPU (read before any work of ours): the cluster's GPU jobs skip it
         "gpu_processes": {f"GPU{g['index']}": g["processes"] for g in gpus if g.get("processes")},
         "gpu_models": sorted({g.get("name") for g in gpus if g.get("name")}),
+        # which machine this is: the cluster names two inventory entries that reach the same one
+        "machine": identity.machine(nvml_facts),
         "libraries": libraries.summary(ctx.facts.get("libraries")),
         "frameworks": frameworks.summary(ctx.facts.get("frameworks")),
         # where each stack's python is, so `gpucheck cluster` runs the workloads with it

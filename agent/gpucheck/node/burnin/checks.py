@@ -15,7 +15,7 @@ from typing import Any
 from ... import skus
 from .. import Check, CollectError, Context
 from ..busy import beside, busy
-from ..links import sysfs_pci_address
+from ..derived_profile import node_skus
 from ..per_gpu import live_gpus
 from . import burn_verdicts, speed_verdicts
 from .host import gpu_cpus, uptime_s, xids_during
@@ -46,13 +46,9 @@ def collect_sku(ctx: Context) -> dict[str, Any]:
         table = skus.load(extra_dir=ctx.config.profiles_dir)
     except skus.SkuError as exc:
         return {"table": None, "error": str(exc), "gpus": {label_of(g): None for g in gpus}}
-    devices = {g.get("address"): g.get("device") for g in (ctx.facts.get("pci_gpus") or {}).get("gpus", [])}
-    found: dict[str, Any] = {}
-    for gpu in gpus:
-        bus = gpu.get("pci_bus_id")
-        sku = table.match(gpu.get("name"), devices.get(sysfs_pci_address(bus)) if bus else None)
-        found[label_of(gpu)] = None if sku is None else {
-            key: dict(getattr(sku, key)) if key == "peak_TFLOPS" else getattr(sku, key) for key in SKU_FIELDS}
+    found = {label: None if sku is None else {
+        key: dict(getattr(sku, key)) if key == "peak_TFLOPS" else getattr(sku, key) for key in SKU_FIELDS}
+        for label, sku in node_skus(ctx.facts.get("nvml") or {}, ctx.facts.get("pci_gpus"), table).items()}
     return {"table": str(table.path), "error": None, "gpus": found}
 
 
