@@ -122,8 +122,9 @@ def test_check_mode_shows_the_nvidia_repository_path(ansible_repo) -> None:
     flat = " ".join(output.split())
     assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/" in output
     assert (
-        "nvidia-kernel-dkms, firmware-nvidia-gsp, nvidia-smi, libcuda1, libnvidia-ml1, libnvidia-cfg1, "
-        "nvidia-persistenced at version 535.261.03*"
+        "nvidia-kernel-dkms, nvidia-kernel-support, firmware-nvidia-gsp, nvidia-smi, libcuda1, libnvidia-ml1, "
+        "libnvidia-cfg1, nvidia-persistenced, nvidia-alternative, libnvidia-ptxjitcompiler1, "
+        "libnvidia-pkcs11-openssl3 at version 535.261.03*"
     ) in flat
     assert "Pin: version 535.261.03*" in output
     assert (

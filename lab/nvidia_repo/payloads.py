@@ -1,0 +1,231 @@
+"""What each stand-in package holds: the files of one package, by the `kind` of its payload in packages.yaml.
+
+Libraries are compiled from standins/*.c with gcc, with the package's own version compiled in, and cached under
+~/.cache/gpucheck/nvidia-repo (keyed by source, header and flags, as lab/fakenvml caches its library). Every
+package also carries /usr/share/doc/<name>/STAND-IN saying what it answers and what is still missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model import NvidiaRepoError, Package
+
+HERE = Path(__file__).resolve().parent
+STANDINS = HERE / "standins"
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpucheck" / "nvidia-repo"
+CFLAGS = ["-std=c11", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+          "-Werror=missing-prototypes", "-Wl,--no-undefined"]
+GCC_TIMEOUT_S = 120
+MULTIARCH_LIB = "usr/lib/x86_64-linux-gnu"
+TEMPLATE_KEY = re.compile(r"@[A-Z_]+@")
+# Beside the fake NVML: the driver it stands for, in fakenvml's scenario keys (README.md: what the lab still needs).
+NVML_SCENARIO = "gpucheck-fakenvml-driver.scn"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file (DATA) or symbolic link (LINK) at PATH, relative to the root of the installed system."""
+    path: str
+    data: bytes | None = None
+    link: str | None = None
+    mode: int = 0o644
+
+
+def render(template: str, values: dict[str, object]) -> str:
+    """standins/TEMPLATE with each @KEY@ replaced; a key left over is a bug in the template or the caller."""
+    text = (STANDINS / template).read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", str(value))
+    left = sorted(set(TEMPLATE_KEY.findall(text)))
+    if left:
+        raise NvidiaRepoError(f"{template}: nothing given for {', '.join(left)}")
+    return text
+
+
+def compile_library(source: str, soname: str, headers: dict[str, str], defines: dict[str, object],
+                    cache: Path) -> Path:
+    """standins/SOURCE compiled into a shared library named SONAME, with HEADERS (name -> text) beside it and
+    -D DEFINES; built once per content into CACHE."""
+    gcc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not gcc:
+        raise NvidiaRepoError("no C compiler found (install gcc, or set CC)")
+    flags = [*CFLAGS, f"-Wl,-soname,{soname}", *(f"-D{k}={v}" for k, v in sorted(defines.items()))]
+    key = hashlib.sha256()
+    key.update((STANDINS / source).read_bytes())
+    for name, text in sorted(headers.items()):
+        key.update(name.encode() + b"\0" + text.encode())
+    key.update(" ".join([gcc, *flags]).encode())
+    outdir = cache / f"build-{key.hexdigest()[:16]}"
+    lib = outdir / soname
+    if lib.is_file():
+        return lib
+    outdir.mkdir(parents=True, exist_ok=True)
+    for name, text in headers.items():
+        (outdir / name).write_text(text)
+    fd, tmpname = tempfile.mkstemp(prefix=f".{soname}.", dir=outdir)
+    os.close(fd)
+    cmd = [gcc, *flags, f"-I{outdir}", "-o", tmpname, str(STANDINS / source)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=GCC_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        os.unlink(tmpname)
+        raise NvidiaRepoError(f"compiling {source} failed: {exc}") from exc
+    if done.returncode != 0:
+        os.unlink(tmpname)
+        first = (done.stderr.strip().splitlines() or ["no message"])[0]
+        raise NvidiaRepoError(f"compiling {source} failed (exit {done.returncode}): {first}")
+    os.chmod(tmpname, 0o644)
+    os.replace(tmpname, lib)
+    return lib
+
+
+def numbers(version: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(x) for x in version.split(".")[:3])
+    return major, minor, patch
+
+
+def shared_library(directory: str, soname: str, real_name: str, built: Path) -> list[Entry]:
+    """The library as its packages install it: the file under its full version, the soname a link to it."""
+    return [Entry(f"{directory}/{real_name}", built.read_bytes()), Entry(f"{directory}/{soname}", link=real_name)]
+
+
+def cuda_dir(pkg: Package) -> str:
+    return f"usr/local/cuda-{pkg.params['dot']}"
+
+
+def cudart_code(dot: str) -> int:
+    major, minor = (int(x) for x in dot.split(".")[:2])
+    return 1000 * major + 10 * minor
+
+
+def cudart_header(pkg: Package) -> str:
+    return render("cuda_runtime_api.h.in", {"DOT": pkg.params["dot"], "DASH": pkg.params["dash"],
+                                            "CUDART_VERSION": cudart_code(pkg.params["dot"])})
+
+
+def cudart(pkg: Package, cache: Path) -> list[Entry]:
+    built = compile_library("cudart.c", "libcudart.so.12", {"cuda_runtime_api.h": cudart_header(pkg)},
+                            {"STANDIN_CUDART_VERSION": "CUDART_VERSION"}, cache)
+    return shared_library(f"{cuda_dir(pkg)}/targets/x86_64-linux/lib", "libcudart.so.12",
+                          f"libcudart.so.{pkg.params['cudart']}", built)
+
+
+def cudart_dev(pkg: Package, cache: Path) -> list[Entry]:
+    targets = f"{cuda_dir(pkg)}/targets/x86_64-linux"
+    return [Entry(f"{targets}/include/cuda_runtime_api.h", cudart_header(pkg).encode()),
+            Entry(f"{targets}/lib/libcudart.so", link="libcudart.so.12")]
+
+
+def nvcc(pkg: Package, cache: Path) -> list[Entry]:
+    p = pkg.params
+    text = render("nvcc.in", {"DOT": p["dot"], "DASH": p["dash"], "NVCC": p["nvcc"], "BUILT": p["nvcc_built"],
+                              "BUILD": p["nvcc_build"], "YEAR": p["nvcc_built"].rsplit("_", 1)[-1]})
+    return [Entry(f"{cuda_dir(pkg)}/bin/nvcc", text.encode(), mode=0o755)]
+
+
+def cudnn_header(version: str) -> str:
+    major, minor, patch = numbers(version)
+    return render("cudnn_version.h.in", {"MAJOR": major, "MINOR": minor, "PATCH": patch})
+
+
+def cudnn(pkg: Package, cache: Path) -> list[Entry]:
+    version = pkg.payload["library_version"]
+    cuda = pkg.version.rsplit("+cuda", 1)[-1]  # "8.9.7.29-1+cuda12.2": the runtime it was built for
+    built = compile_library("cudnn.c", f"libcudnn.so.{numbers(version)[0]}",
+                            {"cudnn_version.h": cudnn_header(version)},
+                            {"STANDIN_CUDNN_CUDART_VERSION": cudart_code(cuda)}, cache)
+    return shared_library(MULTIARCH_LIB, built.name, f"libcudnn.so.{version}", built)
+
+
+def cudnn_dev(pkg: Package, cache: Path) -> list[Entry]:
+    version = pkg.payload["library_version"]
+    major = numbers(version)[0]
+    return [Entry(f"usr/include/x86_64-linux-gnu/cudnn_version_v{major}.h", cudnn_header(version).encode())]
+
+
+def nccl_header(version: str) -> str:
+    major, minor, patch = numbers(version)
+    code = major * 10000 + minor * 100 + patch if (major, minor) > (2, 8) else major * 1000 + minor * 100 + patch
+    return render("nccl.h.in", {"MAJOR": major, "MINOR": minor, "PATCH": patch, "CODE": code})
+
+
+def nccl(pkg: Package, cache: Path) -> list[Entry]:
+    version = pkg.payload["library_version"]
+    built = compile_library("nccl.c", "libnccl.so.2", {"nccl.h": nccl_header(version)}, {}, cache)
+    return shared_library(MULTIARCH_LIB, "libnccl.so.2", f"libnccl.so.{version}", built)
+
+
+def nccl_dev(pkg: Package, cache: Path) -> list[Entry]:
+    return [Entry("usr/include/nccl.h", nccl_header(pkg.payload["library_version"]).encode()),
+            Entry(f"{MULTIARCH_LIB}/libnccl.so", link="libnccl.so.2")]
+
+
+def nvml_scenario(pkg: Package) -> str:
+    """What NVML must answer for this driver package (fakenvml's scenario keys)."""
+    v = pkg.params["v"]
+    return (f"# The driver this package is: what NVML answers for it (lab/scenarios/README.md keys).\n"
+            f"driver_version = {v}\nnvml_version = 12.{v}\ncuda_driver_version = {pkg.params['cuda_driver_version']}\n")
+
+
+def nvml(pkg: Package, cache: Path) -> list[Entry]:
+    from lab.fakenvml import FakeNvmlError, build_library  # late: only this payload needs the fake NVML
+
+    try:
+        built = Path(build_library()) / "libnvidia-ml.so.1"
+    except FakeNvmlError as exc:
+        raise NvidiaRepoError(f"the fake NVML for libnvidia-ml1 cannot be built: {exc}") from exc
+    current = f"{MULTIARCH_LIB}/nvidia/current"
+    return [*shared_library(current, "libnvidia-ml.so.1", f"libnvidia-ml.so.{pkg.params['v']}", built),
+            Entry(f"{current}/libnvidia-ml.so", link="libnvidia-ml.so.1"),
+            Entry(f"{current}/{NVML_SCENARIO}", nvml_scenario(pkg).encode())]
+
+
+def nvidia_smi(pkg: Package, cache: Path) -> list[Entry]:
+    v = pkg.params["v"]
+    code = int(pkg.params["cuda_driver_version"])
+    cuda = f"{code // 1000}.{(code % 1000) // 10}"
+    header = f"| NVIDIA-SMI {v:<23}Driver Version: {v:<13}CUDA Version: {cuda:<9}|"
+    text = render("nvidia-smi.in", {"V": v, "NVML": ".".join(v.split(".")[:2]), "CUDA": cuda, "HEADER": header})
+    return [Entry("usr/lib/nvidia/current/nvidia-smi", text.encode(), mode=0o755)]
+
+
+def placeholder(pkg: Package, cache: Path) -> list[Entry]:
+    return []
+
+
+KINDS: dict[str, Callable[[Package, Path], list[Entry]]] = {
+    "placeholder": placeholder, "nvml": nvml, "nvidia-smi": nvidia_smi, "cudart": cudart, "cudart-dev": cudart_dev,
+    "nvcc": nvcc, "cudnn": cudnn, "cudnn-dev": cudnn_dev, "nccl": nccl, "nccl-dev": nccl_dev,
+}
+
+
+def stand_in_note(pkg: Package, files: list[Entry]) -> str:
+    """/usr/share/doc/<name>/STAND-IN: whose package this stands in for, and what it does and does not hold."""
+    kind = pkg.payload["kind"]
+    held = "\n".join(f"  /{e.path}" + (f" -> {e.link}" if e.link else "") for e in files) or "  nothing"
+    missing = pkg.payload.get("missing", "")
+    lines = [f"{pkg.name} {pkg.version}: a stand-in built by the gpucheck lab (lab/nvidia_repo), not NVIDIA's package.",
+             f"Control data modelled on: {', '.join(pkg.source)} (lab/nvidia_repo/packages.yaml).",
+             f"Stand-in kind: {kind}. It holds:", held]
+    if kind == "placeholder":
+        lines.append(f"Still missing (a later step of issue 20): {missing or 'the real payload'}.")
+    return "\n".join(lines) + "\n"
+
+
+def files_for(pkg: Package, cache: Path | None = None) -> list[Entry]:
+    """Every file of PKG's stand-in, its STAND-IN note included."""
+    kind = pkg.payload.get("kind", "placeholder")
+    if kind not in KINDS:
+        raise NvidiaRepoError(f"packages.yaml: {pkg.name}: unknown payload kind {kind!r} "
+                              f"(known: {', '.join(sorted(KINDS))})")
+    files = KINDS[kind](pkg, Path(cache) if cache else DEFAULT_CACHE)
+    return [*files, Entry(f"usr/share/doc/{pkg.name}/STAND-IN", stand_in_note(pkg, files).encode())]
