@@ -1,7 +1,8 @@
 """A stand-in for NVIDIA's debian12 CUDA repository (issue 20, section 2): NVIDIA's package names, versions and
 relations (packages.yaml, every entry cited), built into real .debs whose payloads answer the project's consumers
-(the fake NVML at the driver's version, libcudart/libcudnn/libnccl version functions, nvcc --version), in a flat
-apt repository signed by a key the build makes. README.md says what each stand-in answers and what is missing.
+(the fake NVML at the driver's version, libcudart/libcudnn/libnccl version functions, nvcc --version,
+nv-fabricmanager's driver-version check, dcgmi diag from recorded real outputs), in a flat apt repository signed
+by a key the build makes. README.md says what each stand-in answers and what is missing.
 
     from lab.nvidia_repo import build
     repo = build(Path("/tmp/nvidia-repo"))     # repo.source_line() -> "deb [signed-by=...] file:... /"

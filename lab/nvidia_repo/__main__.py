@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .build import build
 from .model import NvidiaRepoError
-from .payloads import DEFAULT_CACHE
+from .standin_sources import DEFAULT_CACHE
 
 
 def main(argv: list[str] | None = None) -> int:

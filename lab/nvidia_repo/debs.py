@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from .model import NvidiaRepoError, Package
-from .payloads import Entry
+from .standin_sources import Entry
 
 # Every file and the archive members get this time, so an unchanged model builds the same bytes.
 SOURCE_DATE_EPOCH = 1700000000

@@ -1,91 +1,22 @@
 """What each stand-in package holds: the files of one package, by the `kind` of its payload in packages.yaml.
 
-Libraries are compiled from standins/*.c with gcc, with the package's own version compiled in, and cached under
-~/.cache/gpucheck/nvidia-repo (keyed by source, header and flags, as lab/fakenvml caches its library). Every
-package also carries /usr/share/doc/<name>/STAND-IN saying what it answers and what is still missing.
+Libraries are compiled from standins/*.c with the package's own version compiled in (standin_sources.py); the
+daemons (Fabric Manager, DCGM) are in daemons.py. Every package also carries /usr/share/doc/<name>/STAND-IN
+saying what it answers and what is still missing.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from .daemons import DAEMON_KINDS
 from .model import NvidiaRepoError, Package
+from .standin_sources import DEFAULT_CACHE, Entry, compile_library, render
 
-HERE = Path(__file__).resolve().parent
-STANDINS = HERE / "standins"
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpucheck" / "nvidia-repo"
-CFLAGS = ["-std=c11", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
-          "-Werror=missing-prototypes", "-Wl,--no-undefined"]
-GCC_TIMEOUT_S = 120
 MULTIARCH_LIB = "usr/lib/x86_64-linux-gnu"
-TEMPLATE_KEY = re.compile(r"@[A-Z_]+@")
 # Beside the fake NVML: the driver it stands for, in fakenvml's scenario keys (README.md: what the lab still needs).
 NVML_SCENARIO = "gpucheck-fakenvml-driver.scn"
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One file (DATA) or symbolic link (LINK) at PATH, relative to the root of the installed system."""
-    path: str
-    data: bytes | None = None
-    link: str | None = None
-    mode: int = 0o644
-
-
-def render(template: str, values: dict[str, object]) -> str:
-    """standins/TEMPLATE with each @KEY@ replaced; a key left over is a bug in the template or the caller."""
-    text = (STANDINS / template).read_text()
-    for key, value in values.items():
-        text = text.replace(f"@{key}@", str(value))
-    left = sorted(set(TEMPLATE_KEY.findall(text)))
-    if left:
-        raise NvidiaRepoError(f"{template}: nothing given for {', '.join(left)}")
-    return text
-
-
-def compile_library(source: str, soname: str, headers: dict[str, str], defines: dict[str, object],
-                    cache: Path) -> Path:
-    """standins/SOURCE compiled into a shared library named SONAME, with HEADERS (name -> text) beside it and
-    -D DEFINES; built once per content into CACHE."""
-    gcc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not gcc:
-        raise NvidiaRepoError("no C compiler found (install gcc, or set CC)")
-    flags = [*CFLAGS, f"-Wl,-soname,{soname}", *(f"-D{k}={v}" for k, v in sorted(defines.items()))]
-    key = hashlib.sha256()
-    key.update((STANDINS / source).read_bytes())
-    for name, text in sorted(headers.items()):
-        key.update(name.encode() + b"\0" + text.encode())
-    key.update(" ".join([gcc, *flags]).encode())
-    outdir = cache / f"build-{key.hexdigest()[:16]}"
-    lib = outdir / soname
-    if lib.is_file():
-        return lib
-    outdir.mkdir(parents=True, exist_ok=True)
-    for name, text in headers.items():
-        (outdir / name).write_text(text)
-    fd, tmpname = tempfile.mkstemp(prefix=f".{soname}.", dir=outdir)
-    os.close(fd)
-    cmd = [gcc, *flags, f"-I{outdir}", "-o", tmpname, str(STANDINS / source)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=GCC_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        os.unlink(tmpname)
-        raise NvidiaRepoError(f"compiling {source} failed: {exc}") from exc
-    if done.returncode != 0:
-        os.unlink(tmpname)
-        first = (done.stderr.strip().splitlines() or ["no message"])[0]
-        raise NvidiaRepoError(f"compiling {source} failed (exit {done.returncode}): {first}")
-    os.chmod(tmpname, 0o644)
-    os.replace(tmpname, lib)
-    return lib
 
 
 def numbers(version: str) -> tuple[int, int, int]:
@@ -204,7 +135,7 @@ def placeholder(pkg: Package, cache: Path) -> list[Entry]:
 
 KINDS: dict[str, Callable[[Package, Path], list[Entry]]] = {
     "placeholder": placeholder, "nvml": nvml, "nvidia-smi": nvidia_smi, "cudart": cudart, "cudart-dev": cudart_dev,
-    "nvcc": nvcc, "cudnn": cudnn, "cudnn-dev": cudnn_dev, "nccl": nccl, "nccl-dev": nccl_dev,
+    "nvcc": nvcc, "cudnn": cudnn, "cudnn-dev": cudnn_dev, "nccl": nccl, "nccl-dev": nccl_dev, **DAEMON_KINDS,
 }
 
 
@@ -218,6 +149,8 @@ def stand_in_note(pkg: Package, files: list[Entry]) -> str:
              f"Stand-in kind: {kind}. It holds:", held]
     if kind == "placeholder":
         lines.append(f"Still missing (a later step of issue 20): {missing or 'the real payload'}.")
+    elif missing:
+        lines.append(f"Not modelled: {missing}.")
     return "\n".join(lines) + "\n"
 
 
