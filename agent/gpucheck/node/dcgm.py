@@ -3,9 +3,11 @@
 How dcgmi behaves (NVIDIA/DCGM, dcgmi/Diag.cpp, Command.cpp, main_dcgmi.cpp, 3.3 to 4.6): `-j` prints JSON
 (every release since 2.x); the exit status is DCGM's return code, a negative dcgmReturn_t, so 226 is
 DCGM_ST_NVVS_ERROR (a test failed; the results are printed all the same), 205 DCGM_ST_NVVS_ISOLATE_ERROR (a
-failure DCGM says needs the GPU isolated) and 235 DCGM_ST_CONNECTION_NOT_VALID (no host engine). The
-diagnostic runs inside the host engine (nv-hostengine): killing dcgmi does not stop it, so after a timeout
-it is stopped the way dcgmi's own signal handler does, `dcgmi diag` with DCGMI_STOP_DIAG_HOSTNAME set.
+failure DCGM says needs the GPU isolated) and 235 DCGM_ST_CONNECTION_NOT_VALID (no host engine; `diag` itself
+first falls back to an engine embedded in dcgmi, StartDiag::DoExecuteConnectionFailure, so it sees 235 only
+when that cannot start either). The diagnostic runs inside the host engine (nv-hostengine): killing dcgmi does
+not stop it, so after a timeout it is stopped the way dcgmi's own signal handler does, `dcgmi diag` with
+DCGMI_STOP_DIAG_HOSTNAME set.
 """
 
 from __future__ import annotations
