@@ -250,3 +250,13 @@ def test_the_real_h100_is_judged_against_its_derived_profile():
     assert {name: r.status.value for name, r in verdicts.items()} == dict.fromkeys(verdicts, "pass"), \
         {name: r.reason for name, r in verdicts.items()}
     assert verdicts["memory"].expected == ">= 80743 MiB"  # 0.99 x 81559, the table's figure from this GPU
+
+
+def test_a_gpu_name_nvml_did_not_give_is_an_error_even_when_the_bus_names_its_sku():
+    nvml, pci = facts_of(*[("NVIDIA L40S", 0x26B9)] * 2)
+    nvml["gpus"][1].update(name=None, errors={"name": {"call": "nvmlDeviceGetName", "error": "NVML_ERROR_UNKNOWN",
+                                                        "text": "Unknown Error"}})
+    profile = derive(nvml, pci, TABLE, GENERIC)
+    assert profile.data["skus"] == {"GPU0": "l40s", "GPU1": "l40s"}  # matched by its PCI device id
+    result = gpu.model({"nvml": nvml}, profile)
+    assert result.status.value == "error" and result.reason.startswith("GPU1 (") and "name not read" in result.reason

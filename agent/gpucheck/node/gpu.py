@@ -109,6 +109,10 @@ def sku_models(f: dict[str, Any], found: dict[str, str | None]) -> Result:
         groups.setdefault(f"{g.get('name')!r} (SKU {sku})" if sku else f"{g.get('name')!r} (in no SKU entry: "
                           "judged for health only)", []).append(f"GPU{g['index']}")
     measured = {f"GPU{g['index']}": found.get(f"GPU{g['index']}") for g in gpus}
+    unread_names = [(g, finding) for g in gpus for finding in unread(g, ("name",))]
+    if unread_names:  # a name NVML did not give is never a pass, whatever the bus says the GPU is
+        return Result("gpu.model", worst([finding[0] for _, finding in unread_names]), measured, None,
+                      "; ".join(f"{gpu_label(g)}: {finding[1]}" for g, finding in unread_names), READ_ERROR_HINT)
     if len(groups) == 1 and all(measured.values()):
         return Result("gpu.model", Status.PASS, measured, None,
                       f"every GPU is {next(iter(groups))}, judged against its entry in the SKU table")
