@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
+
+from lab.c_build import CompileError, build_cached
 
 from .pci import scenario_pci_gpus, write_pci_tree, write_pci_tree_for
 
@@ -57,7 +57,6 @@ CFLAGS = [
 ]
 LIBS = ["-lpthread"]
 PIP_TIMEOUT_S = 300
-GCC_TIMEOUT_S = 120
 
 
 class FakeNvmlError(RuntimeError):
@@ -148,29 +147,8 @@ def build_library(cache_dir: Path | None = None) -> Path:
     """
     cache = Path(cache_dir) if cache_dir else DEFAULT_CACHE
     header = find_header(cache)
-    gcc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not gcc:
-        raise FakeNvmlError("no C compiler found (install gcc, or set CC)")
-    key = hashlib.sha256()
-    key.update(SOURCE.read_bytes())
-    key.update(header.read_bytes())
-    key.update(" ".join([gcc, *CFLAGS, *LIBS]).encode())
-    outdir = cache / f"build-{key.hexdigest()[:16]}"
-    lib = outdir / "libnvidia-ml.so.1"
-    if lib.is_file():
-        return outdir
-    outdir.mkdir(parents=True, exist_ok=True)
-    fd, tmpname = tempfile.mkstemp(prefix=".libnvidia-ml.", dir=outdir)
-    os.close(fd)
-    cmd = [gcc, *CFLAGS, f"-I{header.parent}", "-o", tmpname, str(SOURCE), *LIBS]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=GCC_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        os.unlink(tmpname)
-        raise FakeNvmlError(f"compiling {SOURCE.name} failed: {exc}") from exc
-    if proc.returncode != 0:
-        os.unlink(tmpname)
-        raise FakeNvmlError(f"compiling {SOURCE.name} failed (exit {proc.returncode}):\n{proc.stderr}")
-    os.chmod(tmpname, 0o755)
-    os.replace(tmpname, lib)
-    return outdir
+        return build_cached(SOURCE, "libnvidia-ml.so.1", CFLAGS, cache, include=[header.parent],
+                            inputs=header.read_bytes(), libs=LIBS).parent
+    except CompileError as exc:
+        raise FakeNvmlError(f"{exc}:\n{exc.stderr}" if exc.stderr else str(exc)) from exc
