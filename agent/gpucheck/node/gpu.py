@@ -21,6 +21,7 @@ from .per_gpu import (
     live_gpus,
     per_gpu,
     read_finding,
+    requires,
     skip_unless_unread,
     stated,
     thresholds,
@@ -199,8 +200,7 @@ def memory(f: dict[str, Any], p: Profile) -> Result:
 
 def persistence(f: dict[str, Any], p: Profile) -> Result:
     fields = ("persistence_mode",)
-    if not any(thresholds(p, f["nvml"], "persistence_mode_required").values()) and not p.get(
-            "gpu", "persistence_mode_required", False):
+    if not requires(p, f["nvml"], "persistence_mode_required"):
         return skip_unless_unread("gpu.persistence", f["nvml"], fields, "profile does not require persistence mode")
 
     def inspect(g: dict[str, Any]) -> Finding:

@@ -14,6 +14,7 @@ from .per_gpu import (
     field_error,
     live_gpus,
     per_gpu,
+    requires,
     skip_unless_unread,
     stated,
     thresholds,
@@ -25,7 +26,7 @@ RMA_HINT = "drain the node and open an RMA for the GPU"
 
 def ecc_mode(f: dict[str, Any], p: Profile) -> Result:
     nvml = f["nvml"]
-    if not any(thresholds(p, nvml, "ecc_required").values()) and not p.get("gpu", "ecc_required", False):
+    if not requires(p, nvml, "ecc_required"):
         return skip_unless_unread("gpu.ecc_mode", nvml, ("ecc_mode",), "profile does not require ECC")
 
     def inspect(g: dict[str, Any]) -> Finding:

@@ -19,6 +19,7 @@ from .per_gpu import (
     live_gpus,
     per_gpu,
     read_finding,
+    requires,
     skip_unless_unread,
     stated,
     thresholds,
@@ -65,10 +66,10 @@ def pcie(f: dict[str, Any], p: Profile) -> Result:
 
 def nvlink(f: dict[str, Any], p: Profile) -> Result:
     nvml = f["nvml"]
-    if not any(thresholds(p, nvml, "nvlink_links_per_gpu").values()) and not p.get("gpu", "nvlink_links_per_gpu"):
+    if not requires(p, nvml, "nvlink_links_per_gpu"):
         why = (p.data.get(SOURCES) or {}).get("gpu.nvlink_links_per_gpu")  # a derived profile says why not
         return skip_unless_unread("gpu.nvlink", nvml, ("nvlink",), why or "profile expects no NVLink")
-    optional = any(thresholds(p, nvml, "nvlink_optional").values())
+    optional = requires(p, nvml, "nvlink_optional")
 
     def inspect(g: dict[str, Any]) -> Finding:
         expected, links = p.for_gpu(g, "nvlink_links_per_gpu"), g.get("nvlink")

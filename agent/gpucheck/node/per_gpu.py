@@ -80,6 +80,11 @@ def asks(profile: Profile, nvml: dict[str, Any], key: str) -> bool:
     return profile.get("gpu", key) is not None or any(v is not None for v in thresholds(profile, nvml, key).values())
 
 
+def requires(profile: Profile, nvml: dict[str, Any], key: str) -> bool:
+    """Whether the profile turns `gpu.key` on (true, a link count above 0) for the node or any responsive GPU."""
+    return bool(profile.get("gpu", key)) or any(thresholds(profile, nvml, key).values())
+
+
 def stated(values: dict[str, Any], shown: Callable[[Any], Any] = lambda value: value) -> Any:
     """A per-GPU threshold as a Result's `expected` says it: once when every GPU has the same, else per GPU."""
     present = {label: value for label, value in values.items() if value is not None}
