@@ -8,19 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .kernel_log import proc_root
+from ..files import read_file
+from .kernel_log import read_boot_id
 
 # systemd's place, then D-Bus's older one (a system without systemd may have only that)
 MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
-MAX_ID_CHARS = 64  # both ids are 32 hex digits (the boot id with dashes): anything longer is not one
+MAX_ID_CHARS = 64  # a machine id is 32 hex digits: anything longer is not one
 NOT_SET = "uninitialized"  # what systemd leaves in /etc/machine-id until the first boot completes
 
 
 def read_id(path: Path) -> str | None:
-    """The id the file holds, or None: missing, unreadable, empty, not set yet or not an id."""
+    """The id the file holds, or None: missing, unreadable (a FIFO is refused, never waited on), empty, not set yet
+    or not an id."""
     try:
-        with open(path, "rb") as source:
-            data = source.read(MAX_ID_CHARS + 2)
+        data = read_file(path, MAX_ID_CHARS + 1)
     except OSError:
         return None
     text = data.decode("ascii", errors="replace").strip()
@@ -34,7 +35,10 @@ def machine_id() -> str | None:
 
 
 def boot_id() -> str | None:
-    return read_id(proc_root() / "sys" / "kernel" / "random" / "boot_id")
+    try:
+        return read_boot_id()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def gpu_uuids(nvml_facts: dict[str, Any]) -> list[str]:

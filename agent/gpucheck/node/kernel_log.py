@@ -169,17 +169,26 @@ def _why(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
+def boot_id_path() -> Path:
+    return proc_root() / "sys" / "kernel" / "random" / "boot_id"
+
+
+def read_boot_id() -> str | None:
+    """The kernel's boot id (drawn at each boot), or None when the file holds none. Raises OSError or
+    UnicodeDecodeError when it cannot be read. The Xid window and the node's identity (identity.py) both use it."""
+    text = _read_small(boot_id_path()).strip()
+    return text if text and len(text) <= 64 and text.isprintable() else None
+
+
 def _boot_id(notes: list[str]) -> str | None:
-    path = proc_root() / "sys" / "kernel" / "random" / "boot_id"
     try:
-        text = _read_small(path).strip()
+        found = read_boot_id()
     except (OSError, UnicodeDecodeError) as exc:
-        notes.append(f"no clean run can be remembered: cannot read {path} ({_why(exc)})")
+        notes.append(f"no clean run can be remembered: cannot read {boot_id_path()} ({_why(exc)})")
         return None
-    if not text or len(text) > 64 or not text.isprintable():
-        notes.append(f"no clean run can be remembered: {path} holds no boot id")
-        return None
-    return text
+    if found is None:
+        notes.append(f"no clean run can be remembered: {boot_id_path()} holds no boot id")
+    return found
 
 
 def _uptime(notes: list[str]) -> float | None:
