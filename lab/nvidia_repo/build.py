@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +36,12 @@ class RepoBuild:
     model: Model
     packages: list[Package] = field(default_factory=list)  # what nvidia/ carries
     left_out: list[Package] = field(default_factory=list)  # strict: what NVIDIA's debian12 repository lacks
+
+    def unpack(self, name: str, version: str, dest: Path) -> Path:
+        """The files of package NAME at VERSION, unpacked under DEST as dpkg would install them (no scripts)."""
+        deb = self.nvidia / self.model.find(name, version).filename
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(dest)], check=True, timeout=60)
+        return dest
 
     def source_line(self, repo: Path | None = None) -> str:
         """The one-line sources.list entry for REPO (default nvidia/), as NVIDIA's install guide writes it."""

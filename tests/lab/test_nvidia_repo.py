@@ -117,12 +117,6 @@ def apt_for(repo: RepoBuild, workdir: Path, preferences: str = "", status: Path 
     return apt
 
 
-def extract(repo: RepoBuild, name: str, version: str, dest: Path) -> Path:
-    deb = repo.nvidia / repo.model.find(name, version).filename
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(dest)], check=True, timeout=60)
-    return dest
-
-
 def copy_indexes(repo: Path, dest: Path) -> Path:
     dest.mkdir(parents=True)
     for name in ("Packages", "Packages.gz", "Release", "Release.gpg", "InRelease"):
@@ -278,15 +272,15 @@ def test_550_is_an_upgrade_of_535_and_the_roles_hold_keeps_it(repo, apt, tmp_pat
     ("libnccl2", "2.18.5-1+cuda12.2", "nccl", "usr/lib/x86_64-linux-gnu/libnccl.so.2"),
 ])
 def test_the_agents_probe_reads_each_librarys_package_version(repo, tmp_path, name, version, key, path) -> None:
-    root = extract(repo, name, version, tmp_path)
+    root = repo.unpack(name, version, tmp_path)
     # what the agent reports: CUDA as major.minor, cuDNN and NCCL as major.minor.patch, of the package's version
     expected = ".".join(version.split("-")[0].split(".")[:2 if key == "cudart" else 3])
     assert probe_version(str(root / path), key, timeout=30)["version"] == expected
 
 
 def test_nccl_h_declares_what_libnccl_exports(repo, tmp_path) -> None:
-    root = extract(repo, "libnccl2", "2.18.5-1+cuda12.2", tmp_path)
-    extract(repo, "libnccl-dev", "2.18.5-1+cuda12.2", tmp_path)
+    root = repo.unpack("libnccl2", "2.18.5-1+cuda12.2", tmp_path)
+    repo.unpack("libnccl-dev", "2.18.5-1+cuda12.2", tmp_path)
     program = tmp_path / "version.c"
     program.write_text('#include <nccl.h>\n#include <stdio.h>\nint main(void) { int v = 0;\n'
                        '  if (ncclGetVersion(&v) != ncclSuccess) return 2;\n'
@@ -303,7 +297,7 @@ def test_nccl_h_declares_what_libnccl_exports(repo, tmp_path) -> None:
 @pytest.mark.parametrize("dash,release", [("12-2", "release 12.2, V12.2.140"), ("12-4", "release 12.4, V12.4.131")])
 def test_nvcc_prints_its_release_as_nvidias_does(repo, tmp_path, dash, release) -> None:
     pkg = next(p for p in repo.packages if p.name == f"cuda-nvcc-{dash}")
-    root = extract(repo, pkg.name, pkg.version, tmp_path)
+    root = repo.unpack(pkg.name, pkg.version, tmp_path)
     dot = dash.replace("-", ".")
     done = subprocess.run([str(root / f"usr/local/cuda-{dot}/bin/nvcc"), "--version"], capture_output=True,
                           text=True, timeout=30)
@@ -317,7 +311,7 @@ NVML_QUERY = ("import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlSystemGetDrive
 
 @pytest.mark.parametrize("version,cuda", [("535.261.03", "12020"), ("550.163.01", "12040")])
 def test_the_driver_packages_nvml_answers_the_packages_own_version(repo, tmp_path, version, cuda) -> None:
-    root = extract(repo, "libnvidia-ml1", f"{version}-1", tmp_path / "root")
+    root = repo.unpack("libnvidia-ml1", f"{version}-1", tmp_path / "root")
     current = root / "usr/lib/x86_64-linux-gnu/nvidia/current"
     scenario = tmp_path / "host.scn"  # a host's GPUs, then what the installed driver package says it is
     scenario.write_text(f"include = {REPO / 'lab/scenarios/h100-1gpu.scn'}\n"
@@ -326,7 +320,7 @@ def test_the_driver_packages_nvml_answers_the_packages_own_version(repo, tmp_pat
     done = subprocess.run([sys.executable, "-c", NVML_QUERY], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [version, cuda, "1"]
-    smi = extract(repo, "nvidia-smi", f"{version}-1", tmp_path / "smi") / "usr/lib/nvidia/current/nvidia-smi"
+    smi = repo.unpack("nvidia-smi", f"{version}-1", tmp_path / "smi") / "usr/lib/nvidia/current/nvidia-smi"
     header = subprocess.run([str(smi)], capture_output=True, text=True, timeout=30).stdout.splitlines()[1]
     assert f"Driver Version: {version}" in header and len(header) == 89
 

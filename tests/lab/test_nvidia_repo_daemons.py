@@ -106,15 +106,9 @@ def nvml() -> Path:
         pytest.skip(f"the fake NVML cannot be built: {exc}")
 
 
-def unpack(repo: RepoBuild, name: str, version: str, dest: Path) -> Path:
-    deb = repo.nvidia / repo.model.find(name, version).filename
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(dest)], check=True, timeout=60)
-    return dest
-
-
 @pytest.fixture(scope="module")
 def dcgm(repo, tmp_path_factory) -> Path:
-    return unpack(repo, *DCGM, tmp_path_factory.mktemp("dcgm"))
+    return repo.unpack(*DCGM, tmp_path_factory.mktemp("dcgm"))
 
 
 # ------------------------------------------------------------------------------------------------ Fabric Manager
@@ -125,7 +119,7 @@ def unit_fields(text: str) -> dict[str, str]:
 def fabric_manager(repo: RepoBuild, branch: str, tmp_path: Path) -> tuple[Path, list[str], Path]:
     """The unpacked package, the unit's command line run from there with a copy of its config that logs into
     TMP_PATH, and the log file."""
-    root = unpack(repo, f"nvidia-fabricmanager-{branch}", f"{DRIVERS[branch]}-1", tmp_path / "root")
+    root = repo.unpack(f"nvidia-fabricmanager-{branch}", f"{DRIVERS[branch]}-1", tmp_path / "root")
     command = unit_fields((root / FM_UNIT).read_text())["ExecStart"].split()
     config, log = tmp_path / "fabricmanager.cfg", tmp_path / "fabricmanager.log"
     shipped = (root / command[command.index("-c") + 1].lstrip("/")).read_text()
@@ -146,7 +140,7 @@ def fm_env(nvml: Path, scenario: Path, tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("branch", sorted(DRIVERS))
 def test_the_unit_starts_the_installed_daemon_as_nvidias_does(repo, tmp_path, branch) -> None:
-    root = unpack(repo, f"nvidia-fabricmanager-{branch}", f"{DRIVERS[branch]}-1", tmp_path)
+    root = repo.unpack(f"nvidia-fabricmanager-{branch}", f"{DRIVERS[branch]}-1", tmp_path)
     unit = unit_fields((root / FM_UNIT).read_text())
     assert unit["ExecStart"] == "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg"
     assert unit["Type"] == "forking" and unit["PIDFile"] == "/var/run/nvidia-fabricmanager/nv-fabricmanager.pid"
@@ -189,7 +183,7 @@ def test_it_refuses_another_drivers_version_with_nvidias_message(repo, nvml, tmp
 
 def test_after_a_driver_upgrade_the_old_fabric_manager_refuses_to_start(repo, tmp_path) -> None:
     """R550's driver package (its NVML answers 550.163.01) with R535's Fabric Manager left installed."""
-    nvml_root = unpack(repo, "libnvidia-ml1", "550.163.01-1", tmp_path / "driver")
+    nvml_root = repo.unpack("libnvidia-ml1", "550.163.01-1", tmp_path / "driver")
     current = nvml_root / "usr/lib/x86_64-linux-gnu/nvidia/current"
     scenario = tmp_path / "host.scn"
     scenario.write_text(f"include = {scenario_path('dgx-h100')}\n"
