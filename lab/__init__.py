@@ -7,7 +7,7 @@ Run it from the repository root as root: ``python3 -m lab --help``. One module p
 - ``net``        the bridge, one network namespace + veth per host, the leftover sweep
 - ``rootfs``     the Debian base built once with mmdebstrap (cached), per-host overlay dirs
 - ``host``       one host: its files (spec), starting it, its sshd, ending it
-- ``hostinit``   PID 1 inside a host (standalone): mounts, files, hostname, sshd, reaping
+- ``hostinit``   a host's supervisor (standalone): its overlay root and files, then systemd-nspawn --boot
 - ``proxy``      the allow-list forward proxy on the bridge (standalone)
 - ``gpus``       the fake NVML library and each host's scenario directory
 - ``images`` / ``golden``   golden image keys and ``build``

@@ -16,11 +16,13 @@ from lab.progress import say
 DESCRIPTION = """\
 The gpucheck lab: a real multi-host cluster on this one machine, with simulated GPUs.
 
-Each lab host is a network namespace (its own address on a private /24 behind the bridge gclab0)
-with its own hostname, its own root filesystem (a cached Debian 12 base + a per-host overlay) and
-its own sshd; root logs in with a key the lab generates, checked against a known_hosts the lab
-writes. A small proxy on the bridge lets hosts reach the package archives (Debian, PyPI) and
-nothing else. Each host sees simulated GPUs (lab/fakenvml) from its own scenario.
+Each lab host boots systemd (systemd-nspawn --boot) in a network namespace of its own (its own
+address on a private /24 behind the bridge gclab0), with its own hostname, its own root filesystem
+(a cached Debian 12 base + a per-host overlay) and its own sshd (Debian's ssh.service); root logs in
+with a key the lab generates, checked against a known_hosts the lab writes. A reboot inside a host
+(`systemctl reboot`, Ansible's reboot module) boots it again with a new boot id. A small proxy on
+the bridge lets hosts reach the package archives (Debian, PyPI) and nothing else. Each host sees
+simulated GPUs (lab/fakenvml) from its own scenario.
 
 Typical session (as root, from the repository root, in the virtualenv `make` creates: . .venv/bin/activate):
   python3 -m lab up --hosts 3                 # hosts node01..node03, inventory/lab/hosts.yml
@@ -40,7 +42,7 @@ FAULT_HELP = """\
 Inject a fault into one lab host, to prove that the checks name the right node.
 
 kinds:
-  down                 stop the host's sshd: the host stays alive but is unreachable
+  down                 stop the host's sshd (systemctl stop ssh): the host stays alive but is unreachable
   up                   start its sshd again (undoes `down`)
   hang [CALL]          make an NVML call hang on that host (default: nvmlDeviceGetCount_v2,
                        which every agent run makes)

@@ -29,7 +29,7 @@ def require_root() -> None:
 
 def _leftovers() -> list[str]:
     found = [f"namespace {n}" for n in net.list_netns()] + [f"link {n}" for n in net.list_links()]
-    found += [f"process {p}" for p in procs.tagged()]
+    found += [f"process {p}" for p in procs.tagged() + procs.host_boots()]
     return found
 
 
@@ -192,6 +192,7 @@ def _teardown(st: LabState | None) -> int:
         procs.end([st.proxy_pid])  # type: ignore[list-item]
     slurm.stop(st)
     procs.end(procs.tagged(), grace=2.0)
+    procs.end(procs.host_boots(), grace=10.0)  # a host whose supervisor was killed: halt it
     for link in net.list_links():
         net.delete_link(link)
     if st and st.netns_dir_mounted_by_lab:

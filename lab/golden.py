@@ -24,6 +24,7 @@ HOST_ONLY = (
     "etc/hostname", "etc/machine-id", "etc/hosts", "etc/resolv.conf", "etc/ssh/ssh_known_hosts",
     "etc/apt/apt.conf.d/90gpucheck-lab-proxy", "etc/pip.conf", "etc/gpucheck-lab/sshd_config", "etc/default/gpucheck",
     "root/.ssh/id_ed25519", "root/.ssh/id_ed25519.pub", "root/.ssh/known_hosts",
+    "etc/systemd/system/ssh.service.d/gpucheck-lab.conf", "var/lib/systemd/random-seed",
 )
 # Caches and leftovers of the run itself.
 SCRATCH = ("root/.ansible", "root/.cache", "tmp", "var/tmp")

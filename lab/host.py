@@ -17,6 +17,10 @@ from lab.state import HostState
 
 HOSTINIT = Path(__file__).resolve().parent / "hostinit.py"
 SSHD_CONFIG = "/etc/gpucheck-lab/sshd_config"
+# Debian's ssh.service, told to read the lab's sshd_config (a drop-in: the unit itself stays the package's)
+SSHD_DROP_IN = "/etc/systemd/system/ssh.service.d/gpucheck-lab.conf"
+SSH_UNIT = "ssh.service"
+NSPAWN_RUN = "/run/systemd/nspawn"  # systemd-nspawn's own run directory, private to each host's supervisor
 SSH_BANNER = b"SSH-"
 LAB_KEY_COMMENT = "root@gpucheck-lab"  # comment of the lab's client key: marks its authorized_keys line
 AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
@@ -55,9 +59,23 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 """
 
 
+def sshd_drop_in() -> str:
+    return f"""\
+# Written by the gpucheck lab at every start of this host: sshd reads the lab's configuration.
+[Service]
+ExecStartPre=
+ExecStartPre=/usr/sbin/sshd -t -f {SSHD_CONFIG}
+ExecStart=
+ExecStart=/usr/sbin/sshd -D -e -f {SSHD_CONFIG}
+ExecReload=
+ExecReload=/usr/sbin/sshd -t -f {SSHD_CONFIG}
+ExecReload=/bin/kill -HUP $MAINPID
+"""
+
+
 def machine_id(name: str) -> str:
     """/etc/machine-id of lab host `name`: its own (the base image's is emptied), the same at every start, as a
-    real machine's is; the hosts share the build machine's kernel and boot id, and this tells them apart."""
+    real machine's is (systemd-nspawn gives each boot its own boot id; the kernel is the build machine's)."""
     return uuid.uuid5(uuid.NAMESPACE_URL, f"gpucheck-lab:machine/{name}").hex
 
 
@@ -87,6 +105,7 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         ("/root/.ssh/id_ed25519", identity.client_key, 0o600),
         ("/root/.ssh/id_ed25519.pub", identity.client_pub + "\n", 0o644),
         (SSHD_CONFIG, sshd_config(host.address), 0o644),
+        (SSHD_DROP_IN, sshd_drop_in(), 0o644),
         # the same for what slurmd starts (its health check: roles/slurm's wrapper reads this file)
         ("/etc/default/gpucheck", f"# Written by the gpucheck lab.\n{config.SYSFS_ENV}={config.FAKE_SYSFS_DIR}\n",
          0o644),
@@ -112,22 +131,20 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
             for p, c, m in files
         ],
         "binds": binds,
-        "sshd_config": SSHD_CONFIG,
+        "netns_path": str(net.NETNS_DIR / host.netns),
+        "nspawn_run": NSPAWN_RUN,
     }
 
 
 def start(host: HostState, host_spec: dict) -> subprocess.Popen[bytes]:
-    """Start the host's init in its namespaces; returns at once (see wait_ready)."""
+    """Start the host's supervisor, which boots it; returns at once (see wait_ready)."""
     run_dir = config.host_run_dir(host.name)
     (run_dir / "root").mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps(host_spec, indent=1))
     spec_path.chmod(0o600)  # holds private keys
-    cmd = [
-        "ip", "netns", "exec", host.netns,
-        "unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private", "--kill-child",
-        sys.executable, "-I", str(HOSTINIT), str(spec_path), config.TAG,
-    ]
+    cmd = ["unshare", "--mount", "--propagation", "private",
+           sys.executable, "-I", str(HOSTINIT), str(spec_path), config.TAG]
     return procs.spawn(cmd, run_dir / "host.log")
 
 
@@ -139,7 +156,7 @@ def log_tail(host: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def wait_ready(started: dict[str, tuple[HostState, subprocess.Popen[bytes]]], timeout: float = 30) -> None:
+def wait_ready(started: dict[str, tuple[HostState, subprocess.Popen[bytes]]], timeout: float = 60) -> None:
     """Wait until every started host's sshd answers; name the first host that died or stayed silent."""
     waiting = dict(started)
     deadline = time.monotonic() + timeout
@@ -157,15 +174,28 @@ def wait_ready(started: dict[str, tuple[HostState, subprocess.Popen[bytes]]], ti
 
 
 def init_pid(host: HostState) -> int | None:
-    """PID (in the main PID namespace) of the host's init, the only child of its `unshare`."""
+    """PID (in the main PID namespace) of the host's systemd: the child of the supervisor's systemd-nspawn."""
     if not procs.is_lab_process(host.pid):
         return None
-    kids = [p for p in procs.children(host.pid) if procs.is_lab_process(p)]  # type: ignore[arg-type]
-    return kids[0] if kids else None
+    for nspawn in procs.children(host.pid):  # type: ignore[arg-type]
+        kids = procs.children(nspawn)
+        if kids:
+            return kids[0]
+    return None
 
 
 def running(host: HostState) -> bool:
     return init_pid(host) is not None
+
+
+def in_host(host: HostState, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run argv inside the host (all its namespaces, its root), as its own root user; for what the lab does
+    to a host that SSH cannot do (stop its sshd)."""
+    pid = init_pid(host)
+    if pid is None:
+        raise LabError(f"{host.name} is not running (its processes are gone); `down` then `up` again")
+    return subprocess.run(["nsenter", f"--target={pid}", "--all", *argv], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def sshd_answers(host: HostState, timeout: float = 1.0) -> bool:
@@ -173,11 +203,11 @@ def sshd_answers(host: HostState, timeout: float = 1.0) -> bool:
 
 
 def set_sshd(host: HostState, up: bool, timeout: float = 10) -> None:
-    """Stop (up=False) or start the host's sshd, and wait until that is visible from outside."""
-    pid = init_pid(host)
-    if pid is None:
-        raise LabError(f"{host.name} is not running (its processes are gone); `down` then `up` again")
-    procs.signal_pid(pid, signal.SIGUSR2 if up else signal.SIGUSR1)
+    """Stop (up=False) or start the host's sshd unit, and wait until that is visible from outside."""
+    done = in_host(host, ["systemctl", "start" if up else "stop", SSH_UNIT], timeout=timeout)
+    if done.returncode != 0:
+        raise LabError(f"{host.name}: systemctl {'start' if up else 'stop'} {SSH_UNIT} failed: "
+                       f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
     deadline = time.monotonic() + timeout
     while sshd_answers(host, timeout=0.5) != up:
         if time.monotonic() > deadline:
@@ -186,12 +216,10 @@ def set_sshd(host: HostState, up: bool, timeout: float = 10) -> None:
 
 
 def end(host: HostState) -> None:
-    """End every process of the host; its mounts go with its mount namespace."""
-    pid = init_pid(host)
-    if pid is not None:
-        procs.end([pid], grace=3.0)
+    """Halt the host (systemd's poweroff, a few seconds at most), then end whatever of it is left; its mounts go
+    with its supervisor's mount namespace."""
     if procs.is_lab_process(host.pid):
-        procs.end([host.pid], grace=1.0)  # type: ignore[list-item]
+        procs.end([host.pid], grace=15.0)  # type: ignore[list-item]
     leftover = net.netns_pids(host.netns) if host.netns in net.list_netns() else []
     for p in leftover:
         procs.signal_pid(p, signal.SIGKILL)

@@ -1,32 +1,36 @@
 #!/usr/bin/env python3
-"""PID 1 of one lab host (standard library only; the lab starts it with the controller's Python).
+"""The supervisor of one lab host, which boots it with systemd (standard library only; the lab starts it with
+the controller's Python).
 
 It is started as
-    ip netns exec gclab-nodeNN unshare --mount --uts --pid --fork --propagation private --kill-child \
-        python3 -I hostinit.py SPEC.json --gpucheck-lab
-so it already sits in the host's own network, mount, UTS and PID namespaces. It then:
-mounts the host's overlay root, /proc, /dev (with its own /dev/shm and /dev/pts), /sys and /run;
-writes the host's own files (hostname, /etc/hosts, SSH keys, sshd and apt/pip proxy config);
-bind-mounts read-only what the lab shares in (the simulated NVML library, the scenario directory);
-sets the hostname; and runs `sshd -D` chrooted into that root. It reaps orphans like any init.
+    unshare --mount --propagation private python3 -I hostinit.py SPEC.json --gpucheck-lab
+so its mounts are its own. It mounts the host's overlay root, writes the host's own files (hostname,
+machine id, /etc/hosts, SSH keys, the sshd and apt/pip proxy config), then boots the root with
+    systemd-nspawn --boot --network-namespace-path=/run/netns/gclab-NAME --register=no --keep-unit ...
+so systemd is the host's PID 1, in the host's network namespace, with what the lab shares in (the simulated
+NVML library, the scenario directory) bound read-only. sshd and every daemon the playbook installs run as
+systemd units. A reboot inside the host (systemd-nspawn exits 133) boots it again, with a fresh boot id,
+as a real machine comes back; any other end of the host ends this supervisor.
 
-Signals: SIGUSR1 stops sshd (host unreachable, processes keep running), SIGUSR2 starts it again,
-SIGTERM ends the host. Whatever happens, when this process exits the kernel kills every process of
-the host and its mounts disappear with its mount namespace.
+Signals: SIGTERM (or SIGINT, SIGHUP) halts the host: systemd-nspawn passes it on to systemd as a clean
+poweroff. If this process dies anyway, systemd-nspawn gets SIGTERM from the kernel (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-SSHD: dict[str, int] = {}
 SPEC: dict = {}
+NSPAWN: dict[str, subprocess.Popen[bytes]] = {}
+REBOOT_EXIT = 133  # systemd-nspawn's exit status when the container rebooted (systemd-nspawn(1))
+PR_SET_PDEATHSIG = 1
+HALTING: dict[str, bool] = {}
 
 
 def log(message: str) -> None:
@@ -44,38 +48,13 @@ def inside(path: str) -> str:
 
 
 def mount_root() -> None:
-    root = SPEC["root"]
     sh("mount", "--make-rprivate", "/")
     opts = f"lowerdir={':'.join(SPEC['lowers'])},upperdir={SPEC['upper']},workdir={SPEC['work']}"
-    sh("mount", "-t", "overlay", "overlay", "-o", opts, root)
-    sh("mount", "-t", "proc", "proc", inside("/proc"))
-    sh("mount", "--rbind", "/dev", inside("/dev"))
-    sh("mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "shm", inside("/dev/shm"))
-    sh("mount", "-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=0620", "devpts", inside("/dev/pts"))
-    sh("mount", "--bind", inside("/dev/pts/ptmx"), inside("/dev/ptmx"))
-    sh("mount", "--rbind", "/sys", inside("/sys"))
-    mount_cgroups()
-    sh("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "run", inside("/run"))
-    for sub in ("sshd", "lock"):
-        os.makedirs(inside(f"/run/{sub}"), mode=0o755, exist_ok=True)
-
-
-def mount_cgroups() -> None:
-    """/sys/fs/cgroup as a host with an init system has it: `ip netns exec` gave the host a sysfs of its own,
-    without the machine's cgroup mounts, and slurmd will not start without them (it reads the cgroup version
-    there even when it tracks processes without cgroups). The machine's own layout: cgroup2 alone, or the
-    v1 tmpfs with the name=systemd hierarchy slurmd looks for."""
-    target = inside("/sys/fs/cgroup")
-    if not os.path.isdir(target):
-        return
-    with open("/proc/1/mounts") as fh:  # the machine's own (ip netns exec remounted /sys for us)
-        unified = any(line.split()[1:3] == ["/sys/fs/cgroup", "cgroup2"] for line in fh)
-    if unified:
-        sh("mount", "-t", "cgroup2", "cgroup2", target)
-        return
-    sh("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "cgroup", target)
-    os.makedirs(os.path.join(target, "systemd"), exist_ok=True)
-    sh("mount", "-t", "cgroup", "-o", "none,name=systemd", "cgroup", os.path.join(target, "systemd"))
+    sh("mount", "-t", "overlay", "overlay", "-o", opts, SPEC["root"])
+    # systemd-nspawn keeps its lock and mount-propagation directories here: on a tmpfs of this mount namespace
+    # they vanish with the host, whatever the machine's /run is.
+    os.makedirs(SPEC["nspawn_run"], exist_ok=True)
+    sh("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "gclab-nspawn", SPEC["nspawn_run"])
 
 
 def write_files() -> None:
@@ -93,6 +72,8 @@ def write_files() -> None:
             if kept and not kept[-1].endswith("\n"):
                 kept[-1] += "\n"
             content = "".join(kept) + content
+        if os.path.islink(path):
+            os.unlink(path)  # e.g. a masked unit's link to /dev/null: the lab's file replaces it
         tmp = path + ".gclab-tmp"
         with open(tmp, "w") as fh:
             fh.write(content)
@@ -100,94 +81,61 @@ def write_files() -> None:
         os.replace(tmp, path)
 
 
-def bind_shared() -> None:
-    for item in SPEC["binds"]:
-        target = inside(item["target"])
-        if os.path.isdir(item["source"]):
-            os.makedirs(target, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if not os.path.exists(target):
-                open(target, "a").close()
-        sh("mount", "--bind", item["source"], target)
-        sh("mount", "-o", "remount,bind,ro", target)
+def nspawn_argv() -> list[str]:
+    argv = [
+        "systemd-nspawn", "--boot", f"--directory={SPEC['root']}", f"--machine={SPEC['hostname']}",
+        f"--network-namespace-path={SPEC['netns_path']}",
+        # no systemd-machined or bus on the machine: run in this process's cgroup, register nowhere
+        "--register=no", "--keep-unit",
+        # the lab writes these files itself (a host has no DNS; its clock is the machine's)
+        "--resolv-conf=off", "--timezone=off", "--link-journal=no", "--console=passive",
+        # root on a node reads the kernel log (gpu.xid runs dmesg); systemd-nspawn drops this capability
+        "--capability=CAP_SYSLOG",
+    ]
+    argv += [f"--bind-ro={b['source']}:{b['target']}" for b in SPEC["binds"]]
+    return argv
 
 
-def enter_root() -> None:
-    os.chroot(SPEC["root"])
-    os.chdir("/")
-    os.setsid()
+def die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def start_sshd() -> None:
-    if SSHD.get("pid"):
-        return
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-    proc = subprocess.Popen(
-        ["/usr/sbin/sshd", "-D", "-e", "-f", SPEC["sshd_config"]],
-        preexec_fn=enter_root, env=env, stdin=subprocess.DEVNULL,
-    )
-    SSHD["pid"] = proc.pid
-    log(f"sshd started (pid {proc.pid} in the host)")
-
-
-def stop_sshd() -> None:
-    pid = SSHD.pop("pid", 0)
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-        log("sshd stopped")
+def boot() -> int:
+    """Boot the host and wait until it ends; its exit status."""
+    proc = subprocess.Popen(nspawn_argv(), stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+    NSPAWN["proc"] = proc
+    log(f"booting (systemd-nspawn pid {proc.pid})")
+    return proc.wait()
 
 
 def on_signal(signum: int, _frame: object) -> None:
-    if signum == signal.SIGUSR1:
-        stop_sshd()
-    elif signum == signal.SIGUSR2:
-        start_sshd()
-    else:
-        log(f"ending the host (signal {signum})")
-        try:
-            os.kill(-1, signal.SIGTERM)  # every other process of this PID namespace
-        except ProcessLookupError:
-            sys.exit(0)
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:  # a moment to exit cleanly; the kernel SIGKILLs the rest
-            try:
-                if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                    time.sleep(0.02)
-            except ChildProcessError:
-                break
-        sys.exit(0)
-
-
-def reap_forever() -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            signal.pause()
-            continue
-        if pid == SSHD.get("pid"):
-            SSHD.pop("pid")
-            log(f"sshd exited (status {status})")
+    HALTING["yes"] = True
+    proc = NSPAWN.get("proc")
+    log(f"halting the host (signal {signum})")
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # systemd-nspawn: a clean poweroff of the host
+        return
+    sys.exit(0)
 
 
 def main() -> int:
     with open(sys.argv[1]) as fh:
         SPEC.update(json.load(fh))
-    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     try:
         mount_root()
         write_files()
-        bind_shared()
-        socket.sethostname(SPEC["hostname"])
-        start_sshd()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         log(f"FAILED: {exc}")
         return 1
-    log("ready")
-    reap_forever()
-    return 0
+    while True:
+        code = boot()
+        if code == REBOOT_EXIT and not HALTING:
+            log("the host rebooted: booting it again")
+            continue
+        log(f"the host ended (systemd-nspawn exit {code})")
+        return 0 if HALTING else (code or 1)
 
 
 if __name__ == "__main__":

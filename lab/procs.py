@@ -46,6 +46,16 @@ def tagged() -> list[int]:
     return pids
 
 
+def host_boots() -> list[int]:
+    """Every systemd-nspawn booting a lab host (they carry no tag: their argv is systemd-nspawn's own)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        argv = cmdline(int(entry)) if entry.isdigit() else []
+        if argv and argv[0].endswith("systemd-nspawn") and any(str(config.RUN_DIR) in a for a in argv):
+            pids.append(int(entry))
+    return pids
+
+
 def children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()

@@ -17,14 +17,21 @@ from lab import config, progress
 from lab.errors import LabError
 
 SUITE = "bookworm"
-# Just enough for a host Ansible can manage: python3 for its modules, sshd, the CA bundle for pip,
-# iproute2/procps for operators, netbase (/etc/services, /etc/protocols) for OpenMPI.
-# Everything else (OpenMPI, frameworks, ...) is what site.yml installs.
+# Just enough for a host Ansible can manage: systemd as its init (with dbus, as every real node has), python3
+# for its modules, sshd, the CA bundle for pip, iproute2/procps for operators, netbase (/etc/services,
+# /etc/protocols) for OpenMPI. Everything else (OpenMPI, frameworks, ...) is what site.yml installs.
 INCLUDE = (
+    "systemd", "systemd-sysv", "dbus",
     "python3", "python3-venv", "openssh-server", "openssh-client", "iproute2", "ca-certificates",
     "procps", "netbase",
 )
-RECIPE = "3"  # bump when customize() changes, so the cached base is rebuilt
+# Units of the base a lab host must not run: timers that would take apt's lock under a playbook (apt-daily)
+# or touch the machine's disks (fstrim, e2scrub), and a login prompt on a console nobody reads.
+MASKED_UNITS = (
+    "apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "e2scrub_all.timer",
+    "e2scrub_reap.service", "fstrim.timer", "console-getty.service", "getty@tty1.service",
+)
+RECIPE = "4"  # bump when customize() changes, so the cached base is rebuilt
 PYPI_HOSTS = ("pypi.org", "files.pythonhosted.org")
 CONTROLLER_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 FALLBACK_SOURCES = (
@@ -148,6 +155,10 @@ def customize(root: Path, conf_files: list[Path]) -> None:
     for conf in conf_files:
         shutil.copyfile(conf, root / "etc/apt/apt.conf.d" / conf.name)
     (root / "etc/gpucheck-lab").mkdir(exist_ok=True)
+    units = root / "etc/systemd/system"
+    for unit in MASKED_UNITS:
+        (units / unit).unlink(missing_ok=True)
+        (units / unit).symlink_to("/dev/null")
 
 
 def ensure_base() -> Path:

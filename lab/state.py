@@ -27,7 +27,7 @@ class HostState:
     netns: str
     veth: str
     scenario: str
-    pid: int | None = None  # the `unshare` process whose child is the host's init (PID 1 inside)
+    pid: int | None = None  # the host's supervisor (hostinit.py), whose systemd-nspawn boots its systemd
     role: str = "node"  # node (simulated GPUs) | admin (none)
     faults: list[str] = field(default_factory=list)
 

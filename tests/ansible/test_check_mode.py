@@ -121,6 +121,7 @@ def test_check_mode_shows_the_nvidia_repository_path(ansible_repo) -> None:
     assert _snapshot() == before, "check mode changed this host"
     flat = " ".join(output.split())
     assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/" in output
+    assert "Components: contrib\n" in output  # NVIDIA's Debian driver packages depend on contrib's
     assert (
         "nvidia-kernel-dkms, nvidia-kernel-support, firmware-nvidia-gsp, nvidia-smi, libcuda1, libnvidia-ml1, "
         "libnvidia-cfg1, nvidia-persistenced, nvidia-alternative, libnvidia-ptxjitcompiler1, "

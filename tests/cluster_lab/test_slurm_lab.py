@@ -1,8 +1,9 @@
 """Slurm on the lab, for real: site.yml's scheduler stage on admin01 (slurmctld) and the nodes (slurmd), both run
-by the role without an init system; then gpucheck drains and resumes nodes there, through Slurm's own
-HealthCheckProgram on the nodes and `gpucheck cluster --drain` from this machine (a Slurm client of admin01, as
-an admin node with slurm-client is: lab/slurm.py). Runs after test_cluster_lab on the same lab (conftest.lab4):
-node03 carries that module's version drift by then, so the healthy nodes here are node01 and node02."""
+as systemd units (the role's branch for hosts without an init system is tested on node01 on its own); then
+gpucheck drains and resumes nodes there, through Slurm's own HealthCheckProgram on the nodes and `gpucheck cluster
+--drain` from this machine (a Slurm client of admin01, as an admin node with slurm-client is: lab/slurm.py). Runs
+after test_cluster_lab on the same lab (conftest.lab4): node03 carries that module's version drift by then, so the
+healthy nodes here are node01 and node02."""
 
 from __future__ import annotations
 
@@ -170,3 +171,22 @@ def test_the_slurm_launcher_gives_the_ssh_verdicts_and_runs_the_smoke_job_as_a_s
     assert "--mpi=pmix" in smoke["evidence"] and "mpirun" not in smoke["evidence"]
     assert sorted(smoke["measured"]["2 nodes"]["hosts"]) == ["node01", "node02"]
     assert by_ssh.returncode == done.returncode == 2
+
+
+def test_without_an_init_system_the_role_starts_the_daemons_itself(slurm) -> None:
+    """The role's branch for hosts with no init system (containers), slurm_service_manager=direct, on the whole
+    cluster (a --limit run would rewrite slurm.conf, see the role's README) after node01's slurmd unit is stopped:
+    the role finds every other daemon running and leaves it; it starts node01's slurmd itself, outside systemd, once."""
+    lab("ssh", "node01", "--", "systemctl stop slurmd", timeout=60)
+    try:
+        first = playbook("-e", "slurm_service_manager=direct")
+        moved = {host: n for host, n in changed(first.stdout).items() if n}
+        assert moved == {"node01": 1}, first.stdout[-3000:]
+        state = lab("ssh", "node01", "--", "systemctl is-active slurmd; pgrep -x slurmd", timeout=60,
+                    check=False).stdout.split()
+        assert state[0] == "inactive" and state[1].isdigit(), state  # running, and not as the unit
+        again = playbook("-e", "slurm_service_manager=direct")
+        assert set(changed(again.stdout).values()) == {0}, again.stdout[-3000:]
+        assert slurm_cmd(slurm, "srun", "-w", "node01", "-N1", "hostname").strip() == "node01"
+    finally:
+        lab("ssh", "node01", "--", "pkill -x slurmd; sleep 1; systemctl start slurmd", timeout=60)

@@ -1,17 +1,19 @@
-"""Integration tests of the lab: real namespaces, real sshd, real apt/pip through the lab proxy, real
-OpenMPI across hosts, the fake NVML inside hosts only, and faults. Needs root (skipped otherwise)."""
+"""Integration tests of the lab: real namespaces, systemd booted in each host, real sshd, real apt/pip through the
+lab proxy, real OpenMPI across hosts, the fake NVML inside hosts only, and faults. Needs root (skipped otherwise)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from labkit import SCENARIOS, Lab, lab_cli, ssh_argv
+from labkit import INVENTORY, REPO, SCENARIOS, Lab, lab_cli, ssh_argv
 
 pytestmark = pytest.mark.lab
 
@@ -188,3 +190,35 @@ def test_fault_down_makes_exactly_that_host_unreachable(lab3: Lab) -> None:
     finally:
         lab_cli("fault", "node02", "up")
     assert lab3.ssh("node02", "hostname").stdout.strip() == "node02"
+
+
+def test_each_host_boots_systemd_and_sshd_is_its_ssh_unit(lab3: Lab) -> None:
+    for name in SCENARIOS:
+        out = lab3.ssh(name, "ps -o comm= -p 1; systemctl is-system-running --wait; "
+                             "systemctl show -p MainPID --value ssh.service; cat /run/sshd.pid").stdout.split()
+        assert out[0] == "systemd" and out[1] in ("running", "degraded"), out
+        assert out[2] == out[3] != "0", out  # the sshd we reached is the unit's main process
+    failed = lab3.ssh("node01", "systemctl --failed --no-legend --plain").stdout.strip()
+    assert failed == "", failed  # nothing of the bare base fails at boot
+    # each host has a boot id of its own, as separate machines do (not this machine's)
+    ids = {lab3.ssh(n, "cat /proc/sys/kernel/random/boot_id").stdout.strip() for n in SCENARIOS}
+    with open("/proc/sys/kernel/random/boot_id") as fh:
+        assert len(ids) == len(SCENARIOS) and fh.read().strip() not in ids
+
+
+def test_ansibles_reboot_module_reboots_a_host_and_waits_for_it(lab3: Lab) -> None:
+    """The driver role's reboot: systemd inside node03 reboots, the lab boots it again (new boot id, /run
+    emptied, the disk kept, sshd and the simulated GPUs back), and Ansible's reboot module sees it come back."""
+    before = lab3.ssh("node03", "cat /proc/sys/kernel/random/boot_id; touch /run/gclab-mark /root/gclab-mark")
+    ansible = Path(sys.executable).parent / "ansible"
+    done = subprocess.run([str(ansible), "-i", str(INVENTORY), "node03", "-m", "ansible.builtin.reboot",
+                           "-a", "reboot_timeout=120"], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and re.search(r'"?rebooted"?: true', done.stdout), done.stdout + done.stderr
+    after = lab3.ssh("node03", "cat /proc/sys/kernel/random/boot_id; ls /run/gclab-mark /root/gclab-mark",
+                     check=False)
+    lines = after.stdout.split()
+    assert lines[0] != before.stdout.strip(), "the boot id did not change"
+    assert "/root/gclab-mark" in lines and "/run/gclab-mark" not in lines
+    assert gpu_count(lab3, "node03") == SCENARIOS["node03"][1]
+    lab3.ssh("node03", "rm /root/gclab-mark")
