@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import config, gpus, host, images, inventory, keys, net, procs, rootfs, slurm, state
+from lab import config, gpus, host, images, inventory, keys, net, procs, rootfs, slurm, standin_repo, state
 from lab.errors import EXIT_FAIL, EXIT_OK, EXIT_WARN, LabError
 from lab.progress import fmt_duration, plural, say, step
 from lab.ssh import ssh_run
@@ -109,7 +109,8 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) 
             st.hosts.append(h)
             state.save(st)
             net.create_host_link(h.netns, h.veth, h.address)
-    with step(f"hosts: {', '.join(h.name for h in st.hosts)} (overlay root, sshd, simulated GPUs on the nodes)"):
+    standin_repo.start(st)
+    with step(f"hosts: {', '.join(h.name for h in st.hosts)} (overlay root, systemd, simulated GPUs on the nodes)"):
         client_pub = keys.generate(config.KEY_FILE, host.LAB_KEY_COMMENT)
         client_key = config.KEY_FILE.read_text()
         idents: dict[str, host.HostIdentity] = {}
@@ -157,11 +158,7 @@ def _start_proxy(st: LabState, extra: tuple[str, ...]) -> None:
     st.proxy_pid = proc.pid
     st.proxy_url = f"http://{listen}"
     state.save(st)
-    deadline = time.monotonic() + 10
-    while not procs.port_answers(st.bridge_address, config.PROXY_PORT, timeout=0.3):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise LabError(f"the lab proxy did not start; see {config.PROXY_LOG}")
-        time.sleep(0.05)
+    procs.wait_serving(proc, st.bridge_address, config.PROXY_PORT, "the lab proxy", config.PROXY_LOG)
 
 
 # ------------------------------------------------------------------------------------------- down
@@ -188,8 +185,9 @@ def _teardown(st: LabState | None) -> int:
             procs.signal_pid(pid, 9)
         procs.wait_gone(pids, 3.0)
         net.delete_netns(ns)
-    if st and procs.is_lab_process(st.proxy_pid):
-        procs.end([st.proxy_pid])  # type: ignore[list-item]
+    for pid in (st.proxy_pid, st.nvidia_repo_pid) if st else ():
+        if procs.is_lab_process(pid):
+            procs.end([pid])  # type: ignore[list-item]
     slurm.stop(st)
     procs.end(procs.tagged(), grace=2.0)
     procs.end(procs.host_boots(), grace=10.0)  # a host whose supervisor was killed: halt it
@@ -199,6 +197,7 @@ def _teardown(st: LabState | None) -> int:
         net.unmount_netns_dir_if_empty()
     for directory in (config.RUN_DIR / "hosts", config.DATA_DIR / "hosts"):
         shutil.rmtree(directory, ignore_errors=True)
+    standin_repo.remove()
     for path in (config.KEY_FILE, config.KEY_FILE.with_name(config.KEY_FILE.name + ".pub"), config.KNOWN_HOSTS):
         path.unlink(missing_ok=True)
     inventory.remove()

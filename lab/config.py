@@ -25,6 +25,7 @@ DEFAULT_PLAYBOOK = REPO_ROOT / "site.yml"
 # A private /24 that nothing on the build machines uses (checked against `ip route` at `up`).
 DEFAULT_SUBNET = "10.213.7.0/24"
 PROXY_PORT = 3128
+NVIDIA_REPO_PORT = 3129  # the stand-in NVIDIA repository's server, on the bridge address (lab/standin_repo.py)
 HOST_OFFSET = 10  # node01 gets .11, node02 .12, ...
 MAX_HOSTS = 64
 DEFAULT_SCENARIO = "dgx-h100"  # what checks/lab.yaml expects: simulated DGX H100 hosts

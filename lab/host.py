@@ -10,6 +10,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from lab import config, net, procs
 from lab.errors import LabError
@@ -57,6 +58,13 @@ MaxStartups 100:30:200
 MaxSessions 100
 Subsystem sftp /usr/lib/openssh/sftp-server
 """
+
+
+def apt_proxy_conf(proxy_url: str) -> str:
+    """Debian's archive through the lab's proxy; the bridge itself (the stand-in NVIDIA repository) directly."""
+    bridge = urlsplit(proxy_url).hostname
+    return (f'Acquire::http::Proxy "{proxy_url}";\nAcquire::https::Proxy "{proxy_url}";\n'
+            f'Acquire::http::Proxy::{bridge} "DIRECT";\nAcquire::Retries "3";\n')
 
 
 def sshd_drop_in() -> str:
@@ -109,9 +117,7 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         # the same for what slurmd starts (its health check: roles/slurm's wrapper reads this file)
         ("/etc/default/gpucheck", f"# Written by the gpucheck lab.\n{config.SYSFS_ENV}={config.FAKE_SYSFS_DIR}\n",
          0o644),
-        ("/etc/apt/apt.conf.d/90gpucheck-lab-proxy",
-         f'Acquire::http::Proxy "{proxy_url}";\nAcquire::https::Proxy "{proxy_url}";\nAcquire::Retries "3";\n',
-         0o644),
+        ("/etc/apt/apt.conf.d/90gpucheck-lab-proxy", apt_proxy_conf(proxy_url), 0o644),
         ("/etc/pip.conf",
          f"[global]\nproxy = {proxy_url}\ncert = /etc/ssl/certs/ca-certificates.crt\n", 0o644),
     ]

@@ -2,7 +2,8 @@
 
 A golden image is the upper directory of one host that ran the playbook, kept read-only and used
 as a second lower layer (`lowerdir=golden:base`) by later `up`s. Its key hashes the base image's
-key, the playbook's path and every file of the playbook's tree that can change what it does.
+key, the playbook's path, every file of the playbook's tree that can change what it does, and the
+stand-in NVIDIA repository's sources (what the playbook installs from it).
 """
 
 from __future__ import annotations
@@ -45,9 +46,13 @@ def current_base_key() -> str:
     return rootfs.base_key(rootfs.debian_sources(), rootfs.acquire_conf_files())
 
 
+# What the golden image installs from besides the archives: the stand-in NVIDIA repository the lab serves.
+STANDIN_REPO_TREE = Path(__file__).resolve().parent / "nvidia_repo"
+
+
 def golden_key(playbook: Path) -> str:
     playbook = playbook.resolve()
-    material = f"{current_base_key()}\0{playbook.name}\0{tree_hash(playbook.parent)}"
+    material = f"{current_base_key()}\0{playbook.name}\0{tree_hash(playbook.parent)}\0{tree_hash(STANDIN_REPO_TREE)}"
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 

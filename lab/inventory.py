@@ -43,7 +43,9 @@ def render(state: LabState) -> str:
     admins = {h.name: hosts.pop(h.name) for h in state.hosts if h.role == "admin"}
     doc = {
         "all": {
-            "vars": {"lab_proxy_url": state.proxy_url, "lab_cluster_network": state.subnet},
+            "vars": {"lab_proxy_url": state.proxy_url, "lab_cluster_network": state.subnet,
+                     "lab_nvidia_repo_url": state.nvidia_repo_url,
+                     "lab_nvidia_repo_fingerprint": state.nvidia_repo_fingerprint},
             "children": {
                 "admin": {"hosts": admins},
                 "gpu_nodes": {"hosts": hosts},

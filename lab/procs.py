@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lab import config
+from lab.errors import LabError
 
 
 def spawn(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
@@ -120,3 +121,13 @@ def port_answers(address: str, port: int, banner: bytes | None = None, timeout: 
             return sock.recv(len(banner)) == banner
     except OSError:
         return False
+
+
+def wait_serving(proc: subprocess.Popen[bytes], address: str, port: int, what: str, log: Path,
+                 timeout: float = 10.0) -> None:
+    """Wait until the server PROC just started answers on address:port; else one error naming WHAT and its log."""
+    deadline = time.monotonic() + timeout
+    while not port_answers(address, port, timeout=0.3):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise LabError(f"{what} did not start; see {log}")
+        time.sleep(0.05)

@@ -46,6 +46,9 @@ class LabState:
     proxy_pid: int | None = None
     proxy_url: str = ""
     allowed_hosts: list[str] = field(default_factory=list)
+    nvidia_repo_pid: int | None = None  # the stand-in NVIDIA repository's server (lab/standin_repo.py)
+    nvidia_repo_url: str = ""
+    nvidia_repo_fingerprint: str = ""
     hosts: list[HostState] = field(default_factory=list)
     slurm_client_pid: int | None = None  # this machine's munged for the lab's Slurm (lab/slurm.py)
 

@@ -1,6 +1,7 @@
-"""The daemons' stand-ins, by payload kind: Fabric Manager (nvidia-fabricmanager-<branch>) and DCGM's host engine
-and dcgmi (datacenter-gpu-manager-4-core), with the systemd units NVIDIA's packages ship.
+"""The daemons' stand-ins, by payload kind: nvidia-persistenced, Fabric Manager (nvidia-fabricmanager-<branch>) and
+DCGM's host engine and dcgmi (datacenter-gpu-manager-4-core), with the systemd units their packages ship.
 
+nvidia-persistenced is a Python 3 script with Debian's unit and maintainer script (standins/nvidia-persistenced.*).
 nv-fabricmanager is compiled from standins/nv-fabricmanager.c with the driver version of its package compiled
 in; dcgmi and nv-hostengine are Python 3 scripts (lab hosts have python3) that answer `dcgmi diag` from the
 recorded real outputs in standins/dcgm. README.md says what each does and where each behaviour comes from.
@@ -16,6 +17,9 @@ from .model import Package
 from .standin_sources import STANDINS, Entry, compile_program, render
 
 # Where NVIDIA's packages put them (README.md cites each).
+PERSISTENCED = "usr/bin/nvidia-persistenced"
+PERSISTENCED_UNIT = "lib/systemd/system/nvidia-persistenced.service"
+POSTINST = "DEBIAN/postinst"  # a maintainer script: dpkg-deb takes DEBIAN/ as the control area
 FABRIC_MANAGER = "usr/bin/nv-fabricmanager"
 FABRIC_MANAGER_CONFIG = "usr/share/nvidia/nvswitch/fabricmanager.cfg"
 FABRIC_MANAGER_UNIT = "lib/systemd/system/nvidia-fabricmanager.service"
@@ -25,6 +29,12 @@ DCGM_UNIT = "usr/lib/systemd/system/nvidia-dcgm.service"
 # Ours, not NVIDIA's: the recorded real `dcgmi diag` outputs the stand-in dcgmi prints.
 DCGM_RECORDINGS = "usr/share/gpucheck-standin/dcgm"
 RECORDINGS_SOURCE = STANDINS / "dcgm"
+
+
+def persistenced(pkg: Package, cache: Path) -> list[Entry]:
+    return [Entry(PERSISTENCED, render("nvidia-persistenced.py.in", {"VERSION": pkg.params["v"]}).encode(), mode=0o755),
+            Entry(PERSISTENCED_UNIT, (STANDINS / "nvidia-persistenced.service").read_bytes()),
+            Entry(POSTINST, (STANDINS / "nvidia-persistenced.postinst").read_bytes(), mode=0o755)]
 
 
 def fabric_manager(pkg: Package, cache: Path) -> list[Entry]:
@@ -53,5 +63,5 @@ def dcgm_core(pkg: Package, cache: Path) -> list[Entry]:
 
 
 DAEMON_KINDS: dict[str, Callable[[Package, Path], list[Entry]]] = {
-    "fabric-manager": fabric_manager, "dcgm-core": dcgm_core,
+    "persistenced": persistenced, "fabric-manager": fabric_manager, "dcgm-core": dcgm_core,
 }

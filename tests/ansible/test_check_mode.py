@@ -13,6 +13,7 @@ from labkit import debian12_with_apt_bindings
 
 # Paths a real run would create; check mode must leave each exactly as it found it.
 WATCHED = [
+    "/etc/apt/sources.list.d/debian-contrib.sources",
     "/etc/apt/sources.list.d/debian-nonfree.sources",
     "/etc/apt/preferences.d/nvidia-driver.pref",
     "/etc/modprobe.d/blacklist-nouveau.conf",
@@ -58,8 +59,9 @@ def test_check_mode_completes_on_this_host_and_changes_nothing(ansible_repo) -> 
     assert not (ansible_repo.tmp_path / "cache").exists(), "check mode wrote to the controller cache"
 
     # What it would do, from the messages and diffs.
-    assert "libnvidia-cfg1, nvidia-persistenced at version" in output and "535.*" in output
-    assert "Components: contrib non-free non-free-firmware" in output
+    assert ("nvidia-smi, libcuda1, libnvidia-ml1, libnvidia-cfg1, nvidia-persistenced, nvidia-alternative, "
+            "libnvidia-ptxjitcompiler1, libnvidia-pkcs11-openssl3 at version 535.*") in " ".join(output.split())
+    assert "Components: contrib\n" in output and "debian-nonfree.sources" not in output
     assert "Pin: version 535.*" in output
     assert "blacklist nouveau" in output
     assert "btl_tcp_if_include = 10.77.0.0/24" in output
@@ -122,6 +124,7 @@ def test_check_mode_shows_the_nvidia_repository_path(ansible_repo) -> None:
     flat = " ".join(output.split())
     assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/" in output
     assert "Components: contrib\n" in output  # NVIDIA's Debian driver packages depend on contrib's
+    assert "debian-nonfree.sources" not in output  # nothing of Debian's own driver
     assert (
         "nvidia-kernel-dkms, nvidia-kernel-support, firmware-nvidia-gsp, nvidia-smi, libcuda1, libnvidia-ml1, "
         "libnvidia-cfg1, nvidia-persistenced, nvidia-alternative, libnvidia-ptxjitcompiler1, "

@@ -11,10 +11,14 @@ import json
 import re
 
 import pytest
+import yaml
 
-from labkit import Lab, lab_cli, read_inventory, require_root
+from labkit import INVENTORY, Lab, lab_cli, read_inventory, require_root
 
 pytestmark = pytest.mark.lab
+# The driver's user-space packages (roles/nvidia_driver/vars/Debian.yml) at the stand-in's R535 version.
+DRIVER_PACKAGES = {"nvidia-smi", "libcuda1", "libnvidia-ml1", "libnvidia-cfg1", "nvidia-persistenced",
+                   "nvidia-alternative", "libnvidia-ptxjitcompiler1", "libnvidia-pkcs11-openssl3"}
 RECAP_RE = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -34,6 +38,10 @@ def lab2():
         lab_cli("down", check=False)
 
 
+def lab_vars() -> dict:
+    return yaml.safe_load(INVENTORY.read_text())["all"]["vars"]
+
+
 def site(ansible_repo, *args: str):
     done = ansible_repo.run("ansible-playbook", "-i", "inventory/lab/hosts.yml", "site.yml", *args, timeout=2400)
     assert "PLAY RECAP" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
@@ -51,7 +59,20 @@ def test_second_run_changes_nothing_and_validate_passes(lab2, ansible_repo):
 def test_result_on_the_hosts(lab2):
     for host in lab2.hosts:
         held = lab2.ssh(host, "apt-mark showhold").stdout.split()
-        assert {"libnvidia-cfg1", "nvidia-persistenced"} <= set(held), held
+        assert set(held) >= DRIVER_PACKAGES, held
+        query = "dpkg-query -W -f '${Package}\\t${Version}\\n' " + " ".join(sorted(DRIVER_PACKAGES))
+        installed = dict(line.split("\t") for line in lab2.ssh(host, query).stdout.splitlines())
+        assert installed == dict.fromkeys(DRIVER_PACKAGES, "535.261.03-1"), installed
+        # from the stand-in NVIDIA repository on the lab bridge, its key trusted for the inventory's fingerprint
+        policy = lab2.ssh(host, "apt-cache policy libnvidia-ml1").stdout
+        assert re.search(r"\*\*\* 535\.261\.03-1 \d+\n\s+\d+ http://10\.213\.7\.1:\d+ {2}Packages", policy), policy
+        key = lab2.ssh(host, "gpg --show-keys --with-colons /etc/apt/keyrings/nvidia-cuda.asc", check=False).stdout
+        assert f"fpr:::::::::{lab_vars()['lab_nvidia_repo_fingerprint']}:" in key, key
+        # its daemon under systemd, restarted by the role with the drop-in's command line (persistence mode on)
+        unit = lab2.ssh(host, "systemctl is-active nvidia-persistenced; ps -u nvpd -o args=").stdout
+        assert unit.startswith("active\n") and "--user nvpd --persistence-mode --verbose" in unit, unit
+        stand_in = lab2.ssh(host, "cat /usr/share/doc/libcuda1/STAND-IN").stdout
+        assert "libcuda.so.1" in stand_in  # what the stand-in package still lacks, as its file says
         assert "blacklist nouveau" in lab2.ssh(host, "cat /etc/modprobe.d/*nouveau*.conf").stdout
         mca = lab2.ssh(host, "cat /etc/openmpi/openmpi-mca-params.conf").stdout
         assert re.search(r"^btl_tcp_if_include\s*=\s*10\.213\.7\.0/24", mca, re.M), mca

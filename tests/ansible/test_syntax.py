@@ -55,7 +55,7 @@ def test_lab_group_vars_derive_proxy_network_and_stack(ansible_repo) -> None:
     assert values["env"] == {
         "http_proxy": "http://10.77.0.1:3128",
         "https_proxy": "http://10.77.0.1:3128",
-        "no_proxy": "localhost,127.0.0.1",
+        "no_proxy": "localhost,127.0.0.1,10.77.0.1",  # the bridge (the stand-in NVIDIA repository): direct
     }
     assert values["net"] == "10.77.0.0/24"
     assert values["stacks"] == ["tf-horovod"]

@@ -7,11 +7,13 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 
 from labkit import INVENTORY, REPO, SCENARIOS, Lab, lab_cli, ssh_argv
 
@@ -222,3 +224,22 @@ def test_ansibles_reboot_module_reboots_a_host_and_waits_for_it(lab3: Lab) -> No
     assert "/root/gclab-mark" in lines and "/run/gclab-mark" not in lines
     assert gpu_count(lab3, "node03") == SCENARIOS["node03"][1]
     lab3.ssh("node03", "rm /root/gclab-mark")
+
+
+def test_the_standin_nvidia_repository_is_served_on_the_bridge_with_its_fingerprint_in_the_inventory(
+        lab3: Lab, tmp_path: Path) -> None:
+    """`up` builds the stand-in NVIDIA repository, serves it on the bridge and writes its address and its key's
+    fingerprint into the inventory (as NVIDIA's is in inventory/prod); hosts reach it directly, not by the proxy."""
+    doc = yaml.safe_load(INVENTORY.read_text())["all"]["vars"]
+    url, fingerprint = doc["lab_nvidia_repo_url"], doc["lab_nvidia_repo_fingerprint"]
+    assert re.fullmatch(r"http://10\.213\.7\.1:\d+/", url) and re.fullmatch(r"[0-9A-F]{40}", fingerprint), doc
+    fetch = f"python3 -c \"import urllib.request as u; print(u.urlopen('{url}Release', timeout=10).read().decode())\""
+    release = lab3.ssh("node01", f"env -u http_proxy {fetch}").stdout
+    assert "Origin: NVIDIA" in release and "Packages.gz" in release, release
+    assert 'Acquire::http::Proxy::10.213.7.1 "DIRECT";' in lab3.ssh(
+        "node01", "cat /etc/apt/apt.conf.d/90gpucheck-lab-proxy").stdout
+    key = tmp_path / "key.asc"
+    key.write_bytes(urllib.request.urlopen(f"{url}gpucheck-lab-standin.asc", timeout=10).read())
+    shown = subprocess.run(["gpg", "--batch", "--homedir", str(tmp_path), "--with-colons", "--show-keys", str(key)],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert f"fpr:::::::::{fingerprint}:" in shown, shown

@@ -6,6 +6,7 @@ outside the test's temporary directory (the daemons' PID files and logs are move
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import shutil
 import signal
@@ -109,6 +110,29 @@ def nvml() -> Path:
 @pytest.fixture(scope="module")
 def dcgm(repo, tmp_path_factory) -> Path:
     return repo.unpack(*DCGM, tmp_path_factory.mktemp("dcgm"))
+
+
+# ------------------------------------------------------------------------------------------------ persistenced
+PERSISTENCED = ("nvidia-persistenced", "535.261.03-1")
+
+
+def test_persistenced_ships_debians_unit_and_needs_the_driver(repo, tmp_path) -> None:
+    """Debian's unit and maintainer script, unchanged in what they do; without a driver (no NVML) the daemon fails
+    as NVIDIA's does, before it writes anything. Running under systemd with the role's drop-in: tests/ansible/
+    test_site_lab.py, on the lab's hosts."""
+    root = repo.unpack(*PERSISTENCED, tmp_path / "root")
+    unit = unit_fields((root / "lib/systemd/system/nvidia-persistenced.service").read_text())
+    assert unit["Type"] == "forking" and unit["ExecStart"] == "/usr/bin/nvidia-persistenced --user nvpd"
+    daemon = root / "usr/bin/nvidia-persistenced"
+    if ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("this machine has an NVML library: the stand-in would start (and daemonize) against it")
+    assert run(daemon, "--version").stdout.strip() == "nvidia-persistenced:  version 535.261.03"
+    env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(tmp_path)}  # no libnvidia-ml.so.1 there
+    failed = run(daemon, "--user", "nobody", "--persistence-mode", env=env)
+    assert failed.returncode == 1 and "failed to initialize" in failed.stderr, failed
+    control = subprocess.run(["dpkg-deb", "-I", str(repo.nvidia / repo.model.find(*PERSISTENCED).filename),
+                              "postinst"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "adduser --system --group" in control and "deb-systemd-invoke $_dh_action" in control
 
 
 # ------------------------------------------------------------------------------------------------ Fabric Manager
