@@ -19,9 +19,10 @@ pytestmark = pytest.mark.lab
 # Small and quick: 2 s per pair, 10 steps per epoch. The lab's hosts share this machine's cores, so
 # figures measured on one host against the fleet median move with whatever else runs here: the
 # straggler comparison and the slow-pair test get a wide margin (one veth pair can run 1.6x faster
-# than the others in the same run).
+# than the others in the same run, and one ran at 0.52 of the median in a clean-clone CI run with the
+# hosts booting systemd). The planted slow link (200 mbit) is ~0.01 of the median: 0.25 still names it.
 QUICK = ["--pair-seconds", "2", "--smoke-steps", "10", "--stage-timeout", "300", "--straggler-fraction", "0.5",
-         "--pair-fraction", "0.5"]
+         "--pair-fraction", "0.25"]
 LIMIT = ["--limit", ",".join(HEALTHY)]
 FILES = ("report.json", "junit.xml", "report.md", "report.html", "drain.txt")
 
