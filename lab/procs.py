@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lab import config
@@ -37,24 +37,25 @@ def is_lab_process(pid: int | None) -> bool:
     return bool(pid) and config.TAG in cmdline(pid)  # type: ignore[arg-type]
 
 
-def tagged() -> list[int]:
-    """Every process of this machine started by the lab (its command line carries the tag)."""
+def matching(wanted: Callable[[list[str]], bool]) -> list[int]:
+    """Every process of this machine (but this one) whose command line WANTED accepts."""
     me = os.getpid()
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and config.TAG in cmdline(int(entry)):
+        if entry.isdigit() and int(entry) != me and wanted(cmdline(int(entry))):
             pids.append(int(entry))
     return pids
+
+
+def tagged() -> list[int]:
+    """Every process of this machine started by the lab (its command line carries the tag)."""
+    return matching(lambda argv: config.TAG in argv)
 
 
 def host_boots() -> list[int]:
     """Every systemd-nspawn booting a lab host (they carry no tag: their argv is systemd-nspawn's own)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        argv = cmdline(int(entry)) if entry.isdigit() else []
-        if argv and argv[0].endswith("systemd-nspawn") and any(str(config.RUN_DIR) in a for a in argv):
-            pids.append(int(entry))
-    return pids
+    return matching(lambda argv: bool(argv) and argv[0].endswith("systemd-nspawn")
+                    and any(str(config.RUN_DIR) in a for a in argv))
 
 
 def children(pid: int) -> list[int]:
