@@ -30,9 +30,20 @@ HOST_OFFSET = 10  # node01 gets .11, node02 .12, ...
 MAX_HOSTS = 64
 DEFAULT_SCENARIO = "dgx-h100"  # what checks/lab.yaml expects: simulated DGX H100 hosts
 
-# The NVML library path of Debian's and NVIDIA's driver packages on x86_64.
+# The NVML library path of Debian's and NVIDIA's driver packages on x86_64: a link, which the lab points at its own
+# fake library (LAB_NVML_PATH, bound read-only) until a driver package's alternative takes it over
+# (lab/nvidia_repo: the stand-in libnvidia-ml1 carries the same fake library).
 NVML_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+LAB_NVML_PATH = "/usr/lib/gpucheck-lab/libnvidia-ml.so.1"
 FAKENVML_DIR = "/etc/fakenvml"
+# What the installed driver package says NVML answers (its version): every node's scenario ends by reading it
+# (`include_if_present`), so NVML follows apt. The stand-in libnvidia-ml1 installs it.
+DRIVER_SCENARIO = "/usr/lib/x86_64-linux-gnu/nvidia/current/gpucheck-fakenvml-driver.scn"
+# The loaded kernel module's version file, as /proc/driver/nvidia/version reads on a real node (the lab has no
+# kernel module, and /proc cannot hold it): written by hostinit.py at each boot from the installed driver package
+# (a reboot loads the installed driver); inventory/lab points the driver role at it.
+KERNEL_DIR = "/etc/gpucheck-lab/kernel"
+MODULE_VERSION_FILE = "nvidia-version"
 # The host's simulated PCI bus (its scenario's GPUs), inside FAKENVML_DIR; the agent reads it through
 # GPUCHECK_SYSFS_ROOT, which the host's sshd sets for every session.
 FAKE_SYSFS_DIR = f"{FAKENVML_DIR}/sys"

@@ -73,11 +73,15 @@ def clean_layer(upper: Path) -> None:
         else:
             authorized.unlink()
     nvml = upper / config.NVML_PATH.lstrip("/")
-    if nvml.is_file() and nvml.stat().st_size == 0:  # only the lab's bind-mount target
+    if nvml.is_symlink() and str(nvml.readlink()) == config.LAB_NVML_PATH:  # the lab's, not a driver package's
         nvml.unlink()
-    fake = upper / config.FAKENVML_DIR.lstrip("/")
-    if fake.is_dir() and not any(fake.iterdir()):
-        fake.rmdir()
+    lab_nvml = upper / config.LAB_NVML_PATH.lstrip("/")
+    if lab_nvml.is_file() and lab_nvml.stat().st_size == 0:  # only the lab's bind-mount target
+        lab_nvml.unlink()
+    for directory in (config.FAKENVML_DIR, config.KERNEL_DIR, str(Path(config.LAB_NVML_PATH).parent)):
+        path = upper / directory.lstrip("/")
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def describe(key: str) -> str:

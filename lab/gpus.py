@@ -30,6 +30,9 @@ INCLUDE_RE = re.compile(r"^\s*include\s*=\s*(\S+)\s*$")
 HANG_CALL = "nvmlDeviceGetCount_v2"
 MAX_GPU_SLOTS = 64  # the library's GPU slots (lab/scenarios/README.md)
 UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "gpucheck-lab:gpu")  # its hosts' GPU UUIDs derive from it
+# Last in a host's scenario: the driver version is the installed driver package's, once there is one.
+DRIVER_LINES = ("# added by the lab: the installed driver package's versions\n"
+                f"include_if_present = {config.DRIVER_SCENARIO}\n")
 
 
 def _fakenvml():  # imported late: the rest of the lab works without it
@@ -136,7 +139,8 @@ def install(name: str, dest_dir: Path, host: str | None = None) -> None:
     _copy_with_includes(source, tmp, dest_dir, {source.resolve()})
     if host:
         text = tmp.read_text()
-        tmp.write_text(text + ("" if text.endswith("\n") or not text else "\n") + own_uuids(host, slot_count(tmp)))
+        tmp.write_text(text + ("" if text.endswith("\n") or not text else "\n") + own_uuids(host, slot_count(tmp))
+                       + DRIVER_LINES)
     tmp.replace(dest_dir / "scenario")
     write_device_nodes(dest_dir, len(gpu_functions(write_pci_bus(dest_dir))))
 

@@ -121,10 +121,15 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         ("/etc/pip.conf",
          f"[global]\nproxy = {proxy_url}\ncert = /etc/ssl/certs/ca-certificates.crt\n", 0o644),
     ]
-    binds = []  # the simulated GPUs: a node's own scenario and the fake library (an admin node has none)
+    # the simulated GPUs: a node's own scenario, the fake library and its driver's module (an admin node has none)
+    binds, links, kernel = [], [], None
     if nvml_library is not None:
         binds += [{"source": str(run_dir / "fakenvml"), "target": config.FAKENVML_DIR},
-                  {"source": str(nvml_library), "target": config.NVML_PATH}]
+                  {"source": str(nvml_library), "target": config.LAB_NVML_PATH},
+                  {"source": str(run_dir / "kernel"), "target": config.KERNEL_DIR}]
+        links.append({"path": config.NVML_PATH, "target": config.LAB_NVML_PATH})
+        kernel = {"dir": str(run_dir / "kernel"), "file": config.MODULE_VERSION_FILE,
+                  "driver_scenario": config.DRIVER_SCENARIO}
     return {
         "hostname": host.name,
         "root": str(run_dir / "root"),
@@ -137,6 +142,8 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
             for p, c, m in files
         ],
         "binds": binds,
+        "links": links,
+        "kernel": kernel,
         "netns_path": str(net.NETNS_DIR / host.netns),
         "nspawn_run": NSPAWN_RUN,
     }
@@ -146,6 +153,7 @@ def start(host: HostState, host_spec: dict) -> subprocess.Popen[bytes]:
     """Start the host's supervisor, which boots it; returns at once (see wait_ready)."""
     run_dir = config.host_run_dir(host.name)
     (run_dir / "root").mkdir(parents=True, exist_ok=True)
+    (run_dir / "kernel").mkdir(exist_ok=True)
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps(host_spec, indent=1))
     spec_path.chmod(0o600)  # holds private keys

@@ -108,6 +108,47 @@ def boot() -> int:
     return proc.wait()
 
 
+def make_links() -> None:
+    """Links the lab puts in place only where nothing is yet: a package may take the path over (the driver's
+    alternative takes libnvidia-ml.so.1), and what it put there is kept at the next boot."""
+    for item in SPEC.get("links", []):
+        path = inside(item["path"])
+        if not os.path.lexists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.symlink(item["target"], path)
+
+
+def installed_driver() -> str | None:
+    """The driver version the installed driver package says (its fake NVML's scenario file), if any."""
+    try:
+        with open(inside(SPEC["kernel"]["driver_scenario"])) as fh:
+            lines = fh.read().splitlines()
+    except (OSError, KeyError):
+        return None
+    values = [line.split("=", 1)[1].split("#", 1)[0].strip() for line in lines
+              if line.split("=", 1)[0].strip() == "driver_version" and "=" in line]
+    return values[-1] if values else None
+
+
+def load_module() -> None:
+    """What /proc/driver/nvidia/version says at this boot: the module of the installed driver package, as DKMS
+    builds and the boot loads it on a real node; nothing when no driver is installed. The host reads it at
+    SPEC["kernel"]["target"] (inventory/lab points the driver role there: /proc cannot hold it here)."""
+    kernel = SPEC.get("kernel")
+    if not kernel:
+        return
+    path = os.path.join(kernel["dir"], kernel["file"])
+    version = installed_driver()
+    if version is None:
+        if os.path.exists(path):
+            os.unlink(path)
+        return
+    with open(path + ".tmp", "w") as fh:
+        fh.write(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  (gpucheck lab: the installed "
+                 "driver package's version at boot; no kernel module)\n")
+    os.replace(path + ".tmp", path)
+
+
 def on_signal(signum: int, _frame: object) -> None:
     HALTING["yes"] = True
     proc = NSPAWN.get("proc")
@@ -126,10 +167,16 @@ def main() -> int:
     try:
         mount_root()
         write_files()
+        make_links()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         log(f"FAILED: {exc}")
         return 1
     while True:
+        try:
+            load_module()
+        except OSError as exc:
+            log(f"FAILED: {exc}")
+            return 1
         code = boot()
         if code == REBOOT_EXIT and not HALTING:
             log("the host rebooted: booting it again")

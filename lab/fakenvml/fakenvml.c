@@ -656,7 +656,8 @@ static int parse_file(const char *path, int depth);
 static int handle_line(const char *path, int line, char *key, char *value, int depth)
 {
     size_t i;
-    if (strcmp(key, "include") == 0) {
+    /* include_if_present: what a lab host's installed driver package says (lab/nvidia_repo), absent before */
+    if (strcmp(key, "include") == 0 || strcmp(key, "include_if_present") == 0) {
         char inc[PATH_MAX];
         const char *slash = strrchr(path, '/');
         int n;
@@ -668,6 +669,8 @@ static int handle_line(const char *path, int line, char *key, char *value, int d
             PERR(path, line, "include path too long");
             return -1;
         }
+        if (key[7] == '_' && access(inc, F_OK) != 0)
+            return 0;
         return parse_file(inc, depth + 1);
     }
     if (strcmp(key, "hang") == 0)

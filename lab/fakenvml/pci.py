@@ -81,6 +81,9 @@ def assignments(path: Path, depth: int = 0) -> Iterable[tuple[str, str]]:
             value = value[1:-1]
         if key == "include":
             yield from assignments(path.parent / value, depth + 1)
+        elif key == "include_if_present":
+            if (path.parent / value).exists():
+                yield from assignments(path.parent / value, depth + 1)
         else:
             yield key, value
 

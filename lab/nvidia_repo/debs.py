@@ -45,7 +45,9 @@ def stage(root: Path, files: list[Entry]) -> None:
     for entry in files:
         path = root / entry.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        if entry.link is not None:
+        if entry.path.endswith("/"):  # a directory the package ships empty
+            path.mkdir(exist_ok=True)
+        elif entry.link is not None:
             path.symlink_to(entry.link)
         else:
             path.write_bytes(entry.data or b"")

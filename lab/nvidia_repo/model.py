@@ -22,7 +22,7 @@ DEBIAN12_STATUSES = ("seen", "not seen", "contradicted")
 PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 DEFAULT_ARCHITECTURE = "amd64"
-PAYLOAD_KEYS = {"kind", "missing", "library_version"}
+PAYLOAD_KEYS = {"ld_conf", "ld_path", "kind", "missing", "library_version"}
 
 
 class NvidiaRepoError(RuntimeError):

@@ -10,13 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from lab import config
+
 from .daemons import DAEMON_KINDS
 from .model import NvidiaRepoError, Package
 from .standin_sources import DEFAULT_CACHE, Entry, compile_library, render
 
 MULTIARCH_LIB = "usr/lib/x86_64-linux-gnu"
-# Beside the fake NVML: the driver it stands for, in fakenvml's scenario keys (README.md: what the lab still needs).
-NVML_SCENARIO = "gpucheck-fakenvml-driver.scn"
+MAINTAINER_SCRIPTS = ("preinst", "postinst", "prerm", "postrm")
+# What debhelper adds to a package with shared libraries: the loader's cache is rebuilt once dpkg is done.
+LDCONFIG_TRIGGER = Entry("DEBIAN/triggers", b"activate-noawait ldconfig\n")
+# The directories nvidia-alternative ships (a trailing "/": an empty directory): the alternative's targets
+ALTERNATIVE_DIRS = ("etc/nvidia/", "usr/lib/nvidia/current/", "usr/lib/nvidia/current-open/",
+                    f"{MULTIARCH_LIB}/nvidia/", "usr/share/nvidia/")
+# Beside the fake NVML: the driver it stands for, in fakenvml's scenario keys (a lab node's scenario reads it).
+NVML_SCENARIO = config.DRIVER_SCENARIO.lstrip("/")
 
 
 def numbers(version: str) -> tuple[int, int, int]:
@@ -46,8 +54,23 @@ def cudart_header(pkg: Package) -> str:
 def cudart(pkg: Package, cache: Path) -> list[Entry]:
     built = compile_library("cudart.c", "libcudart.so.12", {"cuda_runtime_api.h": cudart_header(pkg)},
                             {"STANDIN_CUDART_VERSION": "CUDART_VERSION"}, cache)
-    return shared_library(f"{cuda_dir(pkg)}/targets/x86_64-linux/lib", "libcudart.so.12",
-                          f"libcudart.so.{pkg.params['cudart']}", built)
+    return [*shared_library(f"{cuda_dir(pkg)}/targets/x86_64-linux/lib", "libcudart.so.12",
+                            f"libcudart.so.{pkg.params['cudart']}", built), LDCONFIG_TRIGGER]
+
+
+def ld_conf(pkg: Package, cache: Path) -> list[Entry]:
+    """A loader configuration file of the CUDA config-common packages (/etc/ld.so.conf.d/000_cuda.conf ...)."""
+    return [Entry(f"etc/ld.so.conf.d/{pkg.payload['ld_conf']}", f"{pkg.payload['ld_path']}\n".encode()),
+            LDCONFIG_TRIGGER]
+
+
+def cuda_alternatives(pkg: Package, cache: Path) -> list[Entry]:
+    """cuda-toolkit-X-Y-config-common: the "cuda" and "cuda-12" alternatives that make /usr/local/cuda and
+    /usr/local/cuda-12 point at this release (where 000_cuda.conf and 988_cuda-12.conf lead the loader)."""
+    dot = pkg.params["dot"]
+    values = {"DOT": dot, "MAJOR": dot.split(".")[0], "PRIORITY": cudart_code(dot) // 10}
+    return [Entry(f"DEBIAN/{name}", render(f"cuda-config-common.{name}.in", values).encode(), mode=0o755)
+            for name in ("postinst", "prerm")] + [Entry(f"{cuda_dir(pkg)}/"), LDCONFIG_TRIGGER]
 
 
 def cudart_dev(pkg: Package, cache: Path) -> list[Entry]:
@@ -74,7 +97,7 @@ def cudnn(pkg: Package, cache: Path) -> list[Entry]:
     built = compile_library("cudnn.c", f"libcudnn.so.{numbers(version)[0]}",
                             {"cudnn_version.h": cudnn_header(version)},
                             {"STANDIN_CUDNN_CUDART_VERSION": cudart_code(cuda)}, cache)
-    return shared_library(MULTIARCH_LIB, built.name, f"libcudnn.so.{version}", built)
+    return [*shared_library(MULTIARCH_LIB, built.name, f"libcudnn.so.{version}", built), LDCONFIG_TRIGGER]
 
 
 def cudnn_dev(pkg: Package, cache: Path) -> list[Entry]:
@@ -92,7 +115,7 @@ def nccl_header(version: str) -> str:
 def nccl(pkg: Package, cache: Path) -> list[Entry]:
     version = pkg.payload["library_version"]
     built = compile_library("nccl.c", "libnccl.so.2", {"nccl.h": nccl_header(version)}, {}, cache)
-    return shared_library(MULTIARCH_LIB, "libnccl.so.2", f"libnccl.so.{version}", built)
+    return [*shared_library(MULTIARCH_LIB, "libnccl.so.2", f"libnccl.so.{version}", built), LDCONFIG_TRIGGER]
 
 
 def nccl_dev(pkg: Package, cache: Path) -> list[Entry]:
@@ -117,7 +140,7 @@ def nvml(pkg: Package, cache: Path) -> list[Entry]:
     current = f"{MULTIARCH_LIB}/nvidia/current"
     return [*shared_library(current, "libnvidia-ml.so.1", f"libnvidia-ml.so.{pkg.params['v']}", built),
             Entry(f"{current}/libnvidia-ml.so", link="libnvidia-ml.so.1"),
-            Entry(f"{current}/{NVML_SCENARIO}", nvml_scenario(pkg).encode())]
+            Entry(NVML_SCENARIO, nvml_scenario(pkg).encode())]
 
 
 def nvidia_smi(pkg: Package, cache: Path) -> list[Entry]:
@@ -129,12 +152,25 @@ def nvidia_smi(pkg: Package, cache: Path) -> list[Entry]:
     return [Entry("usr/lib/nvidia/current/nvidia-smi", text.encode(), mode=0o755)]
 
 
+def alternative(pkg: Package, cache: Path) -> list[Entry]:
+    """nvidia-alternative: Debian's maintainer scripts, whose trigger registers the "nvidia" alternative once the
+    driver's files are under nvidia/current: its links put libnvidia-ml.so.1, libcuda.so.1 and nvidia-smi on the
+    default paths (only for the files that are there, as update-alternatives' slaves)."""
+    values = {"V": pkg.params["v"], "BRANCH": pkg.params["branch"]}
+    scripts = [Entry(f"DEBIAN/{name}", render(f"nvidia-alternative.{name}.in", values).encode(), mode=0o755)
+               for name in MAINTAINER_SCRIPTS]
+    return [*scripts, Entry("DEBIAN/triggers", render("nvidia-alternative.triggers.in", values).encode()),
+            *(Entry(d) for d in ALTERNATIVE_DIRS)]
+
+
 def placeholder(pkg: Package, cache: Path) -> list[Entry]:
     return []
 
 
 KINDS: dict[str, Callable[[Package, Path], list[Entry]]] = {
-    "placeholder": placeholder, "nvml": nvml, "nvidia-smi": nvidia_smi, "cudart": cudart, "cudart-dev": cudart_dev,
+    "placeholder": placeholder, "alternative": alternative, "nvml": nvml, "nvidia-smi": nvidia_smi,
+    "cudart": cudart, "cudart-dev": cudart_dev,
+    "ld-conf": ld_conf, "cuda-alternatives": cuda_alternatives,
     "nvcc": nvcc, "cudnn": cudnn, "cudnn-dev": cudnn_dev, "nccl": nccl, "nccl-dev": nccl_dev, **DAEMON_KINDS,
 }
 

@@ -60,19 +60,23 @@ def test_check_mode_completes_on_this_host_and_changes_nothing(ansible_repo) -> 
 
     # What it would do, from the messages and diffs.
     assert ("nvidia-smi, libcuda1, libnvidia-ml1, libnvidia-cfg1, nvidia-persistenced, nvidia-alternative, "
-            "libnvidia-ptxjitcompiler1, libnvidia-pkcs11-openssl3 at version 535.*") in " ".join(output.split())
+            "libnvidia-ptxjitcompiler1, libnvidia-pkcs11-openssl3 at version 535.261.03*") in " ".join(output.split())
     assert "Components: contrib\n" in output and "debian-nonfree.sources" not in output
-    assert "Pin: version 535.*" in output
+    assert "Pin: version 535.261.03*" in output
     assert "blacklist nouveau" in output
     assert "btl_tcp_if_include = 10.77.0.0/24" in output
     assert "oob_tcp_if_include = 10.77.0.0/24" in output
     assert "python: /opt/stacks/tf-horovod/bin/python" in output
     assert "profile: lab" in output
-    assert "No NVSwitch on this host" in output
     assert "no Horovod 0.28.1 wheel on the controller yet" in output
-    # The burn-in's tools: the lab switches DCGM and nccl-tests off, and gets the CUDA 12 CuPy wheel.
+    # The rest of the GPU stack at the lab's pins (CUDA 12.4; cuDNN and NCCL in their cuda12.2 builds), Fabric
+    # Manager without an NVSwitch (fabric_manager_mode: always), DCGM; no nccl-tests; the CUDA 12 CuPy wheel.
     flat = " ".join(output.split())
-    assert "dcgm_enabled is false: DCGM is not installed" in flat
+    assert ("cuda-toolkit-12-4, libcudnn8=8.9.7.29-1+cuda12.2, libcudnn8-dev=8.9.7.29-1+cuda12.2, "
+            "libnccl2=2.18.5-1+cuda12.2, libnccl-dev=2.18.5-1+cuda12.2") in flat
+    assert "export CUDA_HOME=/usr/local/cuda-12.4" in output
+    assert "nvidia-fabricmanager-535, libnvidia-nscq-535 at 535.261.03*" in flat
+    assert "datacenter-gpu-manager-4-core=1:4.5.2-*, datacenter-gpu-manager-4-cuda12=1:4.5.2-*" in flat
     assert "nccl_tests_enabled is false: nccl-tests is not built" in flat
     assert "a real run installs cupy-cuda12x==14.2.0 into it from files/gpu-cupy-cuda12x.lock (hash-checked)" in flat
 

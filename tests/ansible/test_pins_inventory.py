@@ -82,24 +82,29 @@ def test_prod_admin_node_has_no_gpu_pins_and_chooses_its_profile(tmp_path) -> No
 
 
 def test_lab_node_is_the_lab_profile_with_what_the_lab_installs(tmp_path) -> None:
-    """Debian's 535 packages (a glob: the archive serves several builds), no CUDA libraries (the cuda role
-    installs none in the lab), tensorflow-cpu==2.15.1 read as TensorFlow 2.15.1."""
+    """The stand-in NVIDIA repository's R535 driver and CUDA 12.4 with cuDNN and NCCL (exact versions),
+    tensorflow-cpu==2.15.1 read as TensorFlow 2.15.1."""
     text = render(lab_inventory(tmp_path), "node01")
     assert "profile: lab\n" in text  # as tests/ansible/test_check_mode.py reads it in the role's diff
     (tmp_path / "node.yaml").write_text(text)
     site = config.load(tmp_path / "node.yaml")
     assert site.profile == "lab"
-    assert site.pins == {"driver": "535.*"}
+    assert site.pins == {"driver": "535.261.03", "cuda": "12.4", "cudnn": "8.9.7.29", "nccl": "2.18.5"}
     assert [(s.name, s.pins) for s in site.stacks] == [("tf-horovod", {"tensorflow": "2.15.1", "horovod": "0.28.1"})]
 
 
 def test_lab_driver_pin_accepts_what_a_healthy_lab_host_reports() -> None:
-    """The lab's hosts simulate dgx-h100.scn (lab/config.py DEFAULT_SCENARIO): its driver must match the pin."""
-    scenario = (REPO / "lab" / "scenarios" / "dgx-h100.scn").read_text()
-    reported = next(line.split("=", 1)[1].split("#")[0].strip() for line in scenario.splitlines()
+    """A lab node's NVML answers the installed libnvidia-ml1's driver version (its scenario ends by reading what
+    the stand-in package installs): the pin must be that package's version at the stack's branch."""
+    from lab.nvidia_repo import load
+    from lab.nvidia_repo.payloads import nvml_scenario
+
+    stack = catalog("lab")["gpu_stack_catalog"][catalog("lab")["gpu_stack"]]
+    nvml = next(p for p in load().packages
+                if p.name == "libnvidia-ml1" and p.params["branch"] == stack["driver_branch"])
+    reported = next(line.split("=", 1)[1].strip() for line in nvml_scenario(nvml).splitlines()
                     if line.startswith("driver_version"))
-    pin = catalog("lab")["gpu_stack_catalog"][catalog("lab")["gpu_stack"]]["driver_version"]
-    assert matches(pin, reported), (pin, reported)
+    assert matches(stack["driver_version"], reported), (stack["driver_version"], reported)
 
 
 def minimums() -> dict[str, str]:

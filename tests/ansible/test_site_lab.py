@@ -19,6 +19,16 @@ pytestmark = pytest.mark.lab
 # The driver's user-space packages (roles/nvidia_driver/vars/Debian.yml) at the stand-in's R535 version.
 DRIVER_PACKAGES = {"nvidia-smi", "libcuda1", "libnvidia-ml1", "libnvidia-cfg1", "nvidia-persistenced",
                    "nvidia-alternative", "libnvidia-ptxjitcompiler1", "libnvidia-pkcs11-openssl3"}
+# What the cuda, fabric_manager and dcgm roles install at inventory/lab's pins (versions.yml: CUDA 12.4, cuDNN
+# 8.9.7.29 and NCCL 2.18.5 in their cuda12.2 builds; R535's Fabric Manager; DCGM 4.5.2), all held.
+STACK_PACKAGES = {
+    "cuda-toolkit-12-4": "12.4.1-1", "libcudnn8": "8.9.7.29-1+cuda12.2", "libcudnn8-dev": "8.9.7.29-1+cuda12.2",
+    "libnccl2": "2.18.5-1+cuda12.2", "libnccl-dev": "2.18.5-1+cuda12.2",
+    "nvidia-fabricmanager-535": "535.261.03-1", "libnvidia-nscq-535": "535.261.03-1",
+    "datacenter-gpu-manager-4-core": "1:4.5.2-1", "datacenter-gpu-manager-4-cuda12": "1:4.5.2-1",
+}
+# What `gpucheck node` must read back through NVML and the libraries' own version functions.
+PINNED = {"driver": "535.261.03", "cuda": "12.4", "cudnn": "8.9.7", "nccl": "2.18.5"}
 RECAP_RE = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -59,7 +69,24 @@ def test_second_run_changes_nothing_and_validate_passes(lab2, ansible_repo):
 def test_result_on_the_hosts(lab2):
     for host in lab2.hosts:
         held = lab2.ssh(host, "apt-mark showhold").stdout.split()
-        assert set(held) >= DRIVER_PACKAGES, held
+        assert set(held) >= DRIVER_PACKAGES | set(STACK_PACKAGES), held
+        query = "dpkg-query -W -f '${Package}\\t${Version}\\n' " + " ".join(sorted(STACK_PACKAGES))
+        assert dict(line.split("\t") for line in lab2.ssh(host, query).stdout.splitlines()) == STACK_PACKAGES
+        # NVML is the driver package's: its alternative took the link over from the lab's own library
+        nvml = lab2.ssh(host, "readlink -f /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").stdout.strip()
+        assert nvml == "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03", nvml
+        assert "Driver Version: 535.261.03" in lab2.ssh(host, "nvidia-smi").stdout
+        # the toolkit where NVIDIA's packages put it, found by the loader and on a login shell's PATH
+        assert lab2.ssh(host, "readlink -f /usr/local/cuda").stdout.strip() == "/usr/local/cuda-12.4"
+        loader = lab2.ssh(host, "ldconfig -p").stdout
+        for soname in ("libcudart.so.12", "libcudnn.so.8", "libnccl.so.2"):
+            assert soname in loader, loader
+        assert "release 12.4, V12.4.131" in lab2.ssh(host, "bash -lc 'nvcc --version'").stdout
+        # the daemons the roles enabled, started at boot: Fabric Manager at the driver's version, DCGM's host engine
+        units = lab2.ssh(host, "systemctl is-active nvidia-fabricmanager nvidia-dcgm; nv-fabricmanager -v; "
+                               "dcgmi -v", check=False).stdout
+        assert units.startswith("active\nactive\n"), units
+        assert "Fabric Manager version is : 535.261.03" in units and "Version : 4.5.2" in units, units
         query = "dpkg-query -W -f '${Package}\\t${Version}\\n' " + " ".join(sorted(DRIVER_PACKAGES))
         installed = dict(line.split("\t") for line in lab2.ssh(host, query).stdout.splitlines())
         assert installed == dict.fromkeys(DRIVER_PACKAGES, "535.261.03-1"), installed
@@ -88,7 +115,22 @@ def test_result_on_the_hosts(lab2):
         report = json.loads(node.stdout)
         bad = {r["check"]: r["reason"] for r in report["results"] if r["status"] not in ("pass", "skip")}
         assert node.returncode == 0 and report["profile"] == "lab", bad
+        pins = next(r for r in report["results"] if r["check"] == "stack.pins")
+        assert pins["status"] == "pass" and pins["measured"]["system"] == PINNED, pins
         assert report["facts"]["frameworks"]["tf-horovod"]["tensorflow"] == "2.15.1"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    # a version NVIDIA never built: the role's pin reaches apt as written
+    ('{"cuda_nccl_version": "2.18.3"}', "no available installation candidate for libnccl2=2.18.3-1+cuda12.2"),
+    # a wrong name in the role's vars/Debian.yml (extra vars override them): the branch without its dash
+    ('{"__fabric_manager_packages": ["nvidia-fabricmanager535", "libnvidia-nscq-535"]}',
+     "No package matching 'nvidia-fabricmanager535' is available"),
+])
+def test_a_wrong_package_version_or_name_fails_the_run_for_that_reason(lab2, ansible_repo, extra, message):
+    done = site(ansible_repo, "--tags", "gpu", "--limit", "node01", "-e", extra)
+    assert done.returncode != 0 and recap(done.stdout)["node01"] >= 1000, done.stdout[-3000:]
+    assert message in done.stdout, done.stdout[-3000:]
 
 
 def test_check_mode_on_a_fresh_host(ansible_repo):

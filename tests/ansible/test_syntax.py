@@ -59,5 +59,5 @@ def test_lab_group_vars_derive_proxy_network_and_stack(ansible_repo) -> None:
     }
     assert values["net"] == "10.77.0.0/24"
     assert values["stacks"] == ["tf-horovod"]
-    assert values["driver"] == "535.*"
+    assert values["driver"] == "535.261.03"
     assert values["become"] is False

@@ -15,7 +15,7 @@ import pytest
 from fakenvml_helpers import PROBE
 
 import lab.fakenvml as fakenvml
-from lab.fakenvml import SCENARIOS_DIR, SOURCE, env_for, scenario_path
+from lab.fakenvml import SCENARIOS_DIR, SOURCE, env_for, pci, scenario_path
 
 # What pynvml 13.x resolves for the wrappers the agent uses (asked for by the brief) ...
 REQUIRED = {
@@ -309,6 +309,18 @@ def test_last_assignment_wins_and_wildcards_apply_in_order(run_python, tmp_path:
     assert proc.stdout.split("\n")[:2] == ["[50, 50, 41, 50]", "NVMLError_NotSupported"], proc.stderr
 
 
+@pytest.mark.parametrize("present", [False, True])
+def test_include_if_present_reads_the_file_only_when_it_exists(run_python, tmp_path: Path, present) -> None:
+    # a lab node's scenario ends with it: NVML answers the installed driver package's version, once there is one
+    driver = tmp_path / "driver.scn"
+    if present:
+        driver.write_text("driver_version = 550.163.01\n")
+    scn = write_scenario(tmp_path, include_healthy() + f"include_if_present = {driver}\n")
+    proc = run_python("import pynvml as nv\nnv.nvmlInit()\nprint(nv.nvmlSystemGetDriverVersion())\n", scn)
+    assert proc.stdout.strip() == ("550.163.01" if present else "535.183.01"), proc.stderr
+    assert [v for k, v in pci.assignments(scn) if k == "driver_version"][-1] == proc.stdout.strip()
+
+
 # --- trace -----------------------------------------------------------------------------------------
 
 def test_trace_lists_every_call_with_its_gpu(libdir: Path, tmp_path: Path) -> None:
@@ -337,7 +349,7 @@ def test_readme_documents_every_key_function_and_scenario() -> None:
     keys = re.findall(r'\[[FS]_\w+\] = \{"(\w+)"', source)
     assert len(keys) > 40
     assert [k for k in keys if f"`{k}`" not in readme] == []
-    for key in ("include", "hang", "fail", "lost"):
+    for key in ("include", "include_if_present", "hang", "fail", "lost"):
         assert f"`{key}`" in readme
     assert [f for f in REQUIRED | EXTRA if f"`{f}`" not in readme] == []
     assert [p.name for p in SCENARIOS_DIR.glob("*.scn") if f"`{p.name}`" not in readme] == []

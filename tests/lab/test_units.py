@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import gpus, host, images, inventory, proxy, rootfs, state
+from lab import config, gpus, host, hostinit, images, inventory, proxy, rootfs, state
 from lab.state import HostState, LabState
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +175,12 @@ def test_an_admin_node_is_the_admin_group_without_simulated_gpus(tmp_path: Path)
     admin_spec = host.spec(st.hosts[0], st.hosts, ["/base"], identity, "", st.proxy_url, None)
     node_spec = host.spec(st.hosts[1], st.hosts, ["/base"], identity, "", st.proxy_url, Path("/lib/fake.so"))
     assert admin_spec["binds"] == []  # no fake NVML, no scenario: an admin node has no GPUs
-    assert [b["target"] for b in node_spec["binds"]] == ["/etc/fakenvml", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"]
+    assert admin_spec["links"] == [] and admin_spec["kernel"] is None
+    assert [b["target"] for b in node_spec["binds"]] == ["/etc/fakenvml", "/usr/lib/gpucheck-lab/libnvidia-ml.so.1",
+                                                         "/etc/gpucheck-lab/kernel"]
+    # the NVML path is a link the driver package's alternative may take over, never a file mounted over it
+    assert node_spec["links"] == [{"path": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+                                   "target": "/usr/lib/gpucheck-lab/libnvidia-ml.so.1"}]
 
 
 def test_state_round_trips(tmp_path: Path) -> None:
@@ -233,3 +238,31 @@ def test_up_refuses_without_root_in_one_line() -> None:
     assert out.stderr.strip().splitlines() == [
         "lab: error: the lab needs root (network namespaces, mounts, a bridge): run it as root"
     ]
+
+
+def test_a_boot_loads_the_installed_driver_and_keeps_a_packages_link(tmp_path: Path, monkeypatch) -> None:
+    """hostinit.py before each boot: the "loaded module" is the installed driver package's version, none without
+    one; the lab's NVML link is made only where nothing is, so the driver's alternative keeps its own."""
+    root, kernel = tmp_path / "root", tmp_path / "kernel"
+    kernel.mkdir()
+    spec = {"root": str(root), "links": [{"path": config.NVML_PATH, "target": config.LAB_NVML_PATH}],
+            "kernel": {"dir": str(kernel), "file": config.MODULE_VERSION_FILE,
+                       "driver_scenario": config.DRIVER_SCENARIO}}
+    monkeypatch.setattr(hostinit, "SPEC", spec)
+    module = kernel / config.MODULE_VERSION_FILE
+    hostinit.make_links()
+    hostinit.load_module()
+    link = root / config.NVML_PATH.lstrip("/")
+    assert str(link.readlink()) == config.LAB_NVML_PATH and not module.exists()
+    scn = root / config.DRIVER_SCENARIO.lstrip("/")  # what the stand-in libnvidia-ml1 installs
+    scn.parent.mkdir(parents=True)
+    scn.write_text("# the driver\ndriver_version = 535.261.03\nnvml_version = 12.535.261.03\n")
+    link.unlink()
+    link.symlink_to("/etc/alternatives/nvidia--libnvidia-ml.so.1-x86_64-linux-gnu")
+    hostinit.make_links()
+    hostinit.load_module()
+    assert str(link.readlink()).startswith("/etc/alternatives/")
+    assert module.read_text().startswith("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  ")
+    scn.unlink()  # the driver removed: no module at the next boot
+    hostinit.load_module()
+    assert not module.exists()
