@@ -44,6 +44,10 @@ DRIVER_SCENARIO = "/usr/lib/x86_64-linux-gnu/nvidia/current/gpucheck-fakenvml-dr
 # (a reboot loads the installed driver); inventory/lab points the driver role at it.
 KERNEL_DIR = "/etc/gpucheck-lab/kernel"
 MODULE_VERSION_FILE = "nvidia-version"
+# ... and the same for the fake NVML, which fails init with a version mismatch while the installed driver is not
+# the loaded one (upgraded, not yet rebooted), as the real library does: a node's scenario reads it after
+# DRIVER_SCENARIO.
+MODULE_SCENARIO_FILE = "module.scn"
 # The host's simulated PCI bus (its scenario's GPUs), inside FAKENVML_DIR; the agent reads it through
 # GPUCHECK_SYSFS_ROOT, which the host's sshd sets for every session.
 FAKE_SYSFS_DIR = f"{FAKENVML_DIR}/sys"

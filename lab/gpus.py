@@ -30,9 +30,11 @@ INCLUDE_RE = re.compile(r"^\s*include\s*=\s*(\S+)\s*$")
 HANG_CALL = "nvmlDeviceGetCount_v2"
 MAX_GPU_SLOTS = 64  # the library's GPU slots (lab/scenarios/README.md)
 UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "gpucheck-lab:gpu")  # its hosts' GPU UUIDs derive from it
-# Last in a host's scenario: the driver version is the installed driver package's, once there is one.
-DRIVER_LINES = ("# added by the lab: the installed driver package's versions\n"
-                f"include_if_present = {config.DRIVER_SCENARIO}\n")
+# Last in a host's scenario: the driver version is the installed driver package's, once there is one, and NVML
+# fails with a version mismatch while that is not the loaded module's (hostinit.py writes it at each boot).
+DRIVER_LINES = ("# added by the lab: the installed driver package's versions, and the loaded module's\n"
+                f"include_if_present = {config.DRIVER_SCENARIO}\n"
+                f"include_if_present = {config.KERNEL_DIR}/{config.MODULE_SCENARIO_FILE}\n")
 
 
 def _fakenvml():  # imported late: the rest of the lab works without it

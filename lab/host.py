@@ -129,7 +129,7 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
                   {"source": str(run_dir / "kernel"), "target": config.KERNEL_DIR}]
         links.append({"path": config.NVML_PATH, "target": config.LAB_NVML_PATH})
         kernel = {"dir": str(run_dir / "kernel"), "file": config.MODULE_VERSION_FILE,
-                  "driver_scenario": config.DRIVER_SCENARIO}
+                  "scenario": config.MODULE_SCENARIO_FILE, "driver_scenario": config.DRIVER_SCENARIO}
     return {
         "hostname": host.name,
         "root": str(run_dir / "root"),

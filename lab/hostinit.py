@@ -131,22 +131,27 @@ def installed_driver() -> str | None:
 
 
 def load_module() -> None:
-    """What /proc/driver/nvidia/version says at this boot: the module of the installed driver package, as DKMS
-    builds and the boot loads it on a real node; nothing when no driver is installed. The host reads it at
-    SPEC["kernel"]["target"] (inventory/lab points the driver role there: /proc cannot hold it here)."""
+    """The nvidia module this boot loads: the installed driver package's, as DKMS builds it and the boot loads it
+    on a real node; none when no driver is installed. Two files say it inside the host, under the kernel bind:
+    what /proc/driver/nvidia/version would say (inventory/lab points the driver role at it: /proc cannot hold it
+    here) and the fake NVML's kernel_module_version (a node's scenario reads it, so NVML reports a version
+    mismatch after a driver upgrade until the reboot)."""
     kernel = SPEC.get("kernel")
     if not kernel:
         return
-    path = os.path.join(kernel["dir"], kernel["file"])
     version = installed_driver()
-    if version is None:
-        if os.path.exists(path):
-            os.unlink(path)
-        return
-    with open(path + ".tmp", "w") as fh:
-        fh.write(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  (gpucheck lab: the installed "
-                 "driver package's version at boot; no kernel module)\n")
-    os.replace(path + ".tmp", path)
+    files = {kernel["file"]: f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  (gpucheck lab: the "
+                             "installed driver package's version at boot; no kernel module)\n",
+             kernel["scenario"]: f"# the loaded module (lab, at boot)\nkernel_module_version = {version}\n"}
+    for name, text in files.items():
+        path = os.path.join(kernel["dir"], name)
+        if version is None:
+            if os.path.exists(path):
+                os.unlink(path)
+            continue
+        with open(path + ".tmp", "w") as fh:
+            fh.write(text)
+        os.replace(path + ".tmp", path)
 
 
 def on_signal(signum: int, _frame: object) -> None:

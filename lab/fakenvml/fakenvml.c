@@ -120,7 +120,7 @@ static const struct { const char *name; enum ftype type; } k_fields[F_COUNT] = {
     [F_PROCS_GRAPHICS] = {"graphics_processes", T_PROCS},
 };
 
-enum sysfield { S_DRIVER, S_NVML, S_CUDA, S_GPU_COUNT, S_INIT_ERROR, S_PCI_GPU_COUNT, S_COUNT };
+enum sysfield { S_DRIVER, S_NVML, S_CUDA, S_GPU_COUNT, S_INIT_ERROR, S_PCI_GPU_COUNT, S_KERNEL_MODULE, S_COUNT };
 
 static const struct { const char *name; enum ftype type; } k_sysfields[S_COUNT] = {
     [S_DRIVER] = {"driver_version", T_STR},
@@ -131,6 +131,10 @@ static const struct { const char *name; enum ftype type; } k_sysfields[S_COUNT] 
     /* Not an NVML answer: how many GPUs the machine has on its PCI bus (GPUs 0..N-1's bus ids), for
      * the lab and the tests that build a fake sysfs tree from the scenario. Default: gpu_count. */
     [S_PCI_GPU_COUNT] = {"pci_gpu_count", T_U32},
+    /* Not an NVML answer: the loaded kernel module's version. The library is the user-space half of the driver:
+     * when both versions are set and differ (a driver upgraded, not yet rebooted), nvmlInit fails with
+     * NVML_ERROR_LIB_RM_VERSION_MISMATCH, "Driver/library version mismatch", as the real one does. */
+    [S_KERNEL_MODULE] = {"kernel_module_version", T_STR},
 };
 
 /* Functions a `hang` / `fail` rule may name; per_gpu: the rule may say @gpuN. */
@@ -1093,6 +1097,11 @@ static nvmlReturn_t do_init(const char *fn)
         }
         pthread_mutex_unlock(&g_lock);
         return r->code;
+    }
+    if (g_scn.sys[S_KERNEL_MODULE].state == VAL_SET && g_scn.sys[S_DRIVER].state == VAL_SET
+        && strcmp(g_scn.sys[S_KERNEL_MODULE].s, g_scn.sys[S_DRIVER].s) != 0) {
+        pthread_mutex_unlock(&g_lock);
+        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
     }
     if (g_scn.sys[S_INIT_ERROR].state == VAL_SET) {
         nvmlReturn_t code = NVML_ERROR_UNKNOWN;

@@ -321,6 +321,18 @@ def test_include_if_present_reads_the_file_only_when_it_exists(run_python, tmp_p
     assert [v for k, v in pci.assignments(scn) if k == "driver_version"][-1] == proc.stdout.strip()
 
 
+@pytest.mark.parametrize(("module", "answer"), [
+    ("535.183.01", "535.183.01"),                   # the loaded module is the library's driver
+    ("535.161.07", "NVMLError_LibRmVersionMismatch"),  # upgraded, not rebooted: the real library refuses
+    (None, "535.183.01"),                           # no module version said: no check (a host without one)
+])
+def test_a_kernel_module_of_another_version_fails_init(run_python, tmp_path: Path, module, answer) -> None:
+    scn = write_scenario(tmp_path, include_healthy() + (f"kernel_module_version = {module}\n" if module else ""))
+    proc = run_python("import pynvml as nv\ntry:\n    nv.nvmlInit()\n    print(nv.nvmlSystemGetDriverVersion())\n"
+                      "except nv.NVMLError as e:\n    print(type(e).__name__)\n", scn)
+    assert proc.stdout.strip() == answer, proc.stderr
+
+
 # --- trace -----------------------------------------------------------------------------------------
 
 def test_trace_lists_every_call_with_its_gpu(libdir: Path, tmp_path: Path) -> None:

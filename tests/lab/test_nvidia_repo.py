@@ -264,6 +264,19 @@ def test_550_is_an_upgrade_of_535_and_the_roles_hold_keeps_it(repo, apt, tmp_pat
             assert upgrade.installs["nvidia-smi"] == upgrade.installs["libnvidia-ml1"] == "550.163.01-1"
 
 
+def test_one_fabric_manager_branch_at_a_time(repo, apt, tmp_path) -> None:
+    """NVIDIA's packaging: every branch's package provides, replaces and conflicts with nvidia-fabricmanager, so
+    installing the 550 one removes the 535 one (both ship /usr/bin/nv-fabricmanager); without those relations apt
+    would keep both and dpkg would refuse the second's files."""
+    specs, _ = role_install("fabric_manager")
+    at_535 = apt.simulate("install", *specs).installs
+    status = status_with(tmp_path / "status", [repo.nvidia / "Packages", repo.debian / "Packages"], at_535)
+    specs_550, _ = role_install("fabric_manager", "tf-horovod-r550")
+    move = apt_for(repo, tmp_path / "apt-550", status=status).simulate("install", *specs_550)
+    assert move.ok and move.installs["nvidia-fabricmanager-550"] == "550.163.01-1", move.output
+    assert "Remv nvidia-fabricmanager-535 [535.261.03-1]" in move.output, move.output
+
+
 # ------------------------------------------------------------------------------------------------ the stand-ins
 @pytest.mark.parametrize("name,version,key,path", [
     ("cuda-cudart-12-2", "12.2.140-1", "cudart", "usr/local/cuda-12.2/targets/x86_64-linux/lib/libcudart.so.12"),

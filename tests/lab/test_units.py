@@ -247,7 +247,7 @@ def test_a_boot_loads_the_installed_driver_and_keeps_a_packages_link(tmp_path: P
     kernel.mkdir()
     spec = {"root": str(root), "links": [{"path": config.NVML_PATH, "target": config.LAB_NVML_PATH}],
             "kernel": {"dir": str(kernel), "file": config.MODULE_VERSION_FILE,
-                       "driver_scenario": config.DRIVER_SCENARIO}}
+                       "scenario": config.MODULE_SCENARIO_FILE, "driver_scenario": config.DRIVER_SCENARIO}}
     monkeypatch.setattr(hostinit, "SPEC", spec)
     module = kernel / config.MODULE_VERSION_FILE
     hostinit.make_links()
@@ -263,6 +263,12 @@ def test_a_boot_loads_the_installed_driver_and_keeps_a_packages_link(tmp_path: P
     hostinit.load_module()
     assert str(link.readlink()).startswith("/etc/alternatives/")
     assert module.read_text().startswith("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  ")
+    loaded = kernel / config.MODULE_SCENARIO_FILE
+    assert "\nkernel_module_version = 535.261.03\n" in loaded.read_text()
+    scn.write_text("driver_version = 550.163.01\n")  # upgraded: the module stays 535 until the next boot
+    assert "535.261.03" in loaded.read_text()
+    hostinit.load_module()
+    assert "\nkernel_module_version = 550.163.01\n" in loaded.read_text()
     scn.unlink()  # the driver removed: no module at the next boot
     hostinit.load_module()
-    assert not module.exists()
+    assert not module.exists() and not loaded.exists()
