@@ -58,6 +58,11 @@ def cudart(pkg: Package, cache: Path) -> list[Entry]:
                             f"libcudart.so.{pkg.params['cudart']}", built), LDCONFIG_TRIGGER]
 
 
+def maintainer_scripts(template: str, names: tuple[str, ...], values: dict[str, object]) -> list[Entry]:
+    """DEBIAN/<name> for each of NAMES, rendered from standins/<template>.<name>.in."""
+    return [Entry(f"DEBIAN/{name}", render(f"{template}.{name}.in", values).encode(), mode=0o755) for name in names]
+
+
 def ld_conf(pkg: Package, cache: Path) -> list[Entry]:
     """A loader configuration file of the CUDA config-common packages (/etc/ld.so.conf.d/000_cuda.conf ...)."""
     return [Entry(f"etc/ld.so.conf.d/{pkg.payload['ld_conf']}", f"{pkg.payload['ld_path']}\n".encode()),
@@ -69,8 +74,8 @@ def cuda_alternatives(pkg: Package, cache: Path) -> list[Entry]:
     /usr/local/cuda-12 point at this release (where 000_cuda.conf and 988_cuda-12.conf lead the loader)."""
     dot = pkg.params["dot"]
     values = {"DOT": dot, "MAJOR": dot.split(".")[0], "PRIORITY": cudart_code(dot) // 10}
-    return [Entry(f"DEBIAN/{name}", render(f"cuda-config-common.{name}.in", values).encode(), mode=0o755)
-            for name in ("postinst", "prerm")] + [Entry(f"{cuda_dir(pkg)}/"), LDCONFIG_TRIGGER]
+    return [*maintainer_scripts("cuda-config-common", ("postinst", "prerm"), values), Entry(f"{cuda_dir(pkg)}/"),
+            LDCONFIG_TRIGGER]
 
 
 def cudart_dev(pkg: Package, cache: Path) -> list[Entry]:
@@ -157,9 +162,8 @@ def alternative(pkg: Package, cache: Path) -> list[Entry]:
     driver's files are under nvidia/current: its links put libnvidia-ml.so.1, libcuda.so.1 and nvidia-smi on the
     default paths (only for the files that are there, as update-alternatives' slaves)."""
     values = {"V": pkg.params["v"], "BRANCH": pkg.params["branch"]}
-    scripts = [Entry(f"DEBIAN/{name}", render(f"nvidia-alternative.{name}.in", values).encode(), mode=0o755)
-               for name in MAINTAINER_SCRIPTS]
-    return [*scripts, Entry("DEBIAN/triggers", render("nvidia-alternative.triggers.in", values).encode()),
+    return [*maintainer_scripts("nvidia-alternative", MAINTAINER_SCRIPTS, values),
+            Entry("DEBIAN/triggers", render("nvidia-alternative.triggers.in", values).encode()),
             *(Entry(d) for d in ALTERNATIVE_DIRS)]
 
 
