@@ -27,7 +27,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuwork": {"gpuwork"},  # runs in a child process per GPU: the standard library, CuPy, NumPy, pynvml only
     "cluster": FOUNDATION | {"cluster", "cli_types", "parsers", "report", "workloads"},
     "cli": FOUNDATION | {"cli_types", "node", "parsers", "report"},
-    "main": FOUNDATION | {"cli", "cli_types", "cluster"},
+    "history": FOUNDATION | {"history", "cli_types"},
+    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history"},
     "__main__": {"main"},
 }
 

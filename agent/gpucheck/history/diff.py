@@ -1,0 +1,151 @@
+"""`gpucheck diff BEFORE AFTER`: what changed between two runs of a node (two `gpucheck node --format json`
+reports) or of a cluster (two handoff.json, node by node): the versions, the checks whose verdict moved, and the
+figures (rates: TFLOP/s, GB/s, Gb/s, MB/s, per second) that moved by more than the noise. The before/after view
+of an upgrade; its verdict follows the exit-code convention: 2 when a check got worse to fail or error, 1 when
+one got worse to warn or a figure dropped beyond the noise, else 0."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import EXIT_FAIL, EXIT_OK, EXIT_WARN
+
+DEFAULT_NOISE_PCT = 5.0  # a GEMM's or a copy's run-to-run spread on one idle GPU is ~1-2 % (fixtures/measured)
+RATE_UNITS = ("TFLOPS", "GBps", "Gbps", "MBps")  # name tokens of a figure where more is better
+RANK = {"skip": 0, "pass": 0, "warn": 1, "fail": 2, "error": 2}
+
+
+class DiffError(ValueError):
+    """A file that is not a gpucheck report: one line for the user."""
+
+
+@dataclass
+class NodeDiff:
+    node: str
+    versions: list[tuple[str, str, str]] = field(default_factory=list)  # (what, before, after)
+    verdicts: list[tuple[str, str, str]] = field(default_factory=list)  # (check, before, after)
+    figures: list[tuple[str, float, float, float]] = field(default_factory=list)  # (figure, before, after, %)
+    only_in: str = ""  # "before" / "after": the node is in one run only
+
+    def exit_code(self) -> int:
+        worse = [RANK.get(after, 2) for _, before, after in self.verdicts if RANK.get(after, 2) > RANK.get(before, 2)]
+        if max(worse, default=0) >= 2:
+            return EXIT_FAIL
+        if worse or any(pct < 0 for *_, pct in self.figures):
+            return EXIT_WARN
+        return EXIT_OK
+
+
+def node_reports(doc: Any, path: str) -> dict[str, dict]:
+    """{node: its report} of a node report (one) or a handoff.json (every node that has one)."""
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        return {str(doc.get("host") or "node"): doc}
+    if isinstance(doc, dict) and isinstance(doc.get("nodes"), dict):
+        return {name: entry["report"] for name, entry in sorted(doc["nodes"].items())
+                if isinstance(entry, dict) and isinstance(entry.get("report"), dict)
+                and isinstance(entry["report"].get("results"), list)}
+    raise DiffError(f"{path}: not a gpucheck report (neither `gpucheck node --format json` nor a cluster's "
+                    "handoff.json)")
+
+
+def versions(report: dict) -> dict[str, str]:
+    """Every version a report names: the driver, CUDA's driver API, each library by where it was found, each
+    framework by stack, the agent and the profile it was judged against."""
+    facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}
+    found = {"gpucheck": report.get("gpucheck_version"), "profile": report.get("profile"),
+             "driver": facts.get("driver_version"), "cuda driver API": facts.get("cuda_driver_version")}
+    for group in ("libraries", "frameworks"):
+        for name, where in (facts.get(group) or {}).items():
+            for place, version in (where.items() if isinstance(where, dict) else []):
+                if isinstance(version, str | int | float) and not isinstance(version, bool):
+                    found[f"{name} ({place})" if group == "libraries" else f"{place} ({name})"] = version
+    return {k: str(v) for k, v in found.items() if v not in (None, "")}
+
+
+def figures(report: dict) -> dict[str, float]:
+    """Every rate a report measured, by `check GPU0 bf16_TFLOPS`: numbers under a name with a rate unit."""
+    found: dict[str, float] = {}
+
+    def walk(value: Any, path: list[str], rate: bool) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, [*path, str(key)], rate or is_rate(str(key)))
+        elif rate and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            found[" ".join(path)] = float(value)
+
+    for result in report.get("results") or []:
+        if isinstance(result, dict) and result.get("status") in ("pass", "warn", "fail"):
+            check = str(result.get("check"))
+            walk(result.get("measured"), [check], is_rate(check.rsplit(".", 1)[-1]))
+    return found
+
+
+def is_rate(name: str) -> bool:
+    tokens = name.split("_")
+    return any(unit in tokens for unit in RATE_UNITS) or name.endswith("_per_s")
+
+
+def statuses(report: dict) -> dict[str, str]:
+    return {str(r.get("check")): str(r.get("status")) for r in report.get("results") or [] if isinstance(r, dict)}
+
+
+def compare(before: dict, after: dict, node: str, noise_pct: float = DEFAULT_NOISE_PCT) -> NodeDiff:
+    diff = NodeDiff(node)
+    old, new = versions(before), versions(after)
+    diff.versions = [(k, old.get(k, "-"), new.get(k, "-")) for k in sorted(old.keys() | new.keys())
+                     if old.get(k) != new.get(k)]
+    old_s, new_s = statuses(before), statuses(after)
+    diff.verdicts = [(k, old_s.get(k, "-"), new_s.get(k, "-")) for k in sorted(old_s.keys() | new_s.keys())
+                     if old_s.get(k) != new_s.get(k) and {old_s.get(k), new_s.get(k)} != {None, "skip"}]
+    old_f, new_f = figures(before), figures(after)
+    for name in sorted(old_f.keys() & new_f.keys()):
+        a, b = old_f[name], new_f[name]
+        pct = (b - a) / abs(a) * 100 if a else (math.inf if b else 0.0)
+        if abs(pct) > noise_pct:
+            diff.figures.append((name, a, b, pct))
+    return diff
+
+
+def diff_runs(before_doc: Any, after_doc: Any, before_path: str, after_path: str,
+              noise_pct: float = DEFAULT_NOISE_PCT) -> list[NodeDiff]:
+    old, new = node_reports(before_doc, before_path), node_reports(after_doc, after_path)
+    if len(old) == len(new) == 1 and set(old) != set(new):  # one node's runs, its name changed (or unset)
+        new = {next(iter(old)): next(iter(new.values()))}
+    found = [compare(old[n], new[n], n, noise_pct) for n in sorted(old.keys() & new.keys())]
+    found += [NodeDiff(n, only_in="before") for n in sorted(old.keys() - new.keys())]
+    found += [NodeDiff(n, only_in="after") for n in sorted(new.keys() - old.keys())]
+    return found
+
+
+def number(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def render_text(diffs: list[NodeDiff], noise_pct: float) -> str:
+    lines = []
+    for d in diffs:
+        if d.only_in:
+            lines.append(f"{d.node}: only in the {d.only_in} run")
+            continue
+        if not (d.versions or d.verdicts or d.figures):
+            lines.append(f"{d.node}: no version, verdict or figure changed (figures within {noise_pct:g} %)")
+            continue
+        lines.append(f"{d.node}:")
+        lines += [f"  version  {what}: {a} -> {b}" for what, a, b in d.versions]
+        lines += [f"  verdict  {check}: {a} -> {b}" for check, a, b in d.verdicts]
+        lines += [f"  figure   {name}: {number(a)} -> {number(b)} ({pct:+.1f} %)" for name, a, b, pct in d.figures]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(diffs: list[NodeDiff], noise_pct: float) -> str:
+    doc = {"noise_pct": noise_pct, "exit_code": max((d.exit_code() for d in diffs), default=EXIT_OK),
+           "nodes": {d.node: {"only_in": d.only_in or None,
+                              "versions": [{"what": w, "before": a, "after": b} for w, a, b in d.versions],
+                              "verdicts": [{"check": c, "before": a, "after": b} for c, a, b in d.verdicts],
+                              "figures": [{"figure": f, "before": a, "after": b, "change_pct": round(p, 2)}
+                                          for f, a, b, p in d.figures],
+                              "exit_code": d.exit_code()} for d in diffs}}
+    return json.dumps(doc, indent=2) + "\n"
