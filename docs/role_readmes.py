@@ -141,6 +141,8 @@ def generated(role_dir: Path) -> str:
     if play:
         tags = play.get("tags") or []
         run = f"`ansible-playbook site.yml --tags {tags[0]}`" if tags else "`ansible-playbook site.yml`"
+        if play["file"] not in (PLAYBOOKS.parent / "site.yml").read_text():  # a playbook of its own
+            run = f"`ansible-playbook {play['file']}`"
         lines += ["", f"In this repository it runs in `{play['file']}` ({run})."]
     required = [name for name in options if (options[name] or {}).get("required")]
     if required:

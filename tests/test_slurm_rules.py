@@ -22,6 +22,17 @@ def test_the_rule(current, verdict, verb):
     assert slurm.decide(current, verdict, ["gpu.ecc_errors 2 uncorrected"]).verb == verb
 
 
+@pytest.mark.parametrize("verdict", ["pass", "fail"])
+def test_a_node_the_rolling_upgrade_drained_is_left_to_the_upgrade(verdict):
+    """Half-way through its upgrade (or stopped by one) a node may pass the passive checks: a health check that
+    resumed it would hand a half-upgraded node to jobs; one that failed would hide the upgrade's reason."""
+    upgrading = slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)")
+    action = slurm.decide(upgrading, verdict, ["gpu.driver NVML version mismatch"])
+    assert action.verb == "keep" and "only the upgrade (playbooks/upgrade.yml) resumes it" in action.reason
+    resumed = slurm.NodeState("n1", "IDLE", "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)")
+    assert slurm.decide(resumed, "fail", ["gpu.xid Xid 79"]).verb == "drain"  # a reason left from before: no drain
+
+
 def test_the_same_failure_again_leaves_the_drain_as_it_is():
     reason = slurm.drain_reason(["gpu.xid Xid 79 on GPU2"])
     assert reason == OURS.reason

@@ -19,6 +19,9 @@ from .model import EXIT_FAIL, EXIT_UNKNOWN
 from .process import run
 
 REASON_PREFIX = "gpucheck:"  # a resume undoes only the drains that carry it
+# The rolling upgrade's drain (playbooks/upgrade.yml): a node half-way through its upgrade, or stopped by one, may
+# pass the passive checks, and must not be put back by them; only the upgrade resumes it.
+UPGRADE_PREFIX = "gpucheck: upgrade"
 REASON_MAX = 240  # Slurm keeps longer reasons, but sinfo -R and squeue show the first few dozen characters
 SCONTROL_TIMEOUT_S = 30.0
 # What scontrol prints when it cannot do what it was asked, and what that means here.
@@ -78,6 +81,10 @@ class NodeState:
     @property
     def ours(self) -> bool:
         return self.reason.startswith(REASON_PREFIX)
+
+    @property
+    def upgrading(self) -> bool:
+        return self.drained and self.reason.startswith(UPGRADE_PREFIX)
 
 
 # A node name scontrol would read as more than one node (a hostlist: gpu-[01-26], a,b, gpu-*) or as nothing.
@@ -190,6 +197,9 @@ def decide(current: NodeState, verdict: str, findings: list[str]) -> Action:
     """What to do with a node gpucheck judged: `verdict` is fail (drain), pass (resume a drain of ours) or
     error (could not judge: change nothing, a blip must never drain a node or put a bad one back)."""
     name = current.name
+    if current.upgrading and verdict != "error":
+        return Action("keep", name, f"drained by gpucheck's rolling upgrade ({current.reason}): only the upgrade "
+                                    "(playbooks/upgrade.yml) resumes it")
     if verdict == "fail":
         if current.out_of_service and not current.ours:
             return Action("keep", name, f"already {current.state} by someone else ({current.reason or 'no reason'}): "

@@ -19,6 +19,7 @@ ROLES = [
     "frameworks",
     "gpucheck_agent",
     "gpucheck_validate",
+    "gpu_upgrade",
 ]
 
 
@@ -66,6 +67,7 @@ def run_role(ansible_repo, role: str, role_vars: dict, with_stacks: bool = True)
         ("dcgm", {"dcgm_cuda_major": "14"}, "dcgm_cuda_major"),
         ("nccl_tests", {"nccl_tests_build_jobs": "many"}, "nccl_tests_build_jobs"),
         ("gpucheck_agent", {"gpucheck_agent_gpu_extra": "cupy-cuda11x"}, "gpucheck_agent_gpu_extra"),
+        ("gpu_upgrade", {"gpu_upgrade_job_wait": "four hours"}, "gpu_upgrade_job_wait"),
     ],
 )
 def test_wrong_type_fails_validation_naming_the_option(ansible_repo, role, role_vars, option) -> None:

@@ -133,39 +133,6 @@ def test_a_wrong_package_version_or_name_fails_the_run_for_that_reason(lab2, ans
     assert message in done.stdout, done.stdout[-3000:]
 
 
-NVML_DRIVER = ("/opt/gpucheck/venv/bin/python -c 'import pynvml as n\ntry:\n n.nvmlInit(); "
-               "print(n.nvmlSystemGetDriverVersion())\nexcept n.NVMLError as e: print(type(e).__name__)'")
-
-
-def test_a_driver_upgrade_waits_for_its_reboot(lab2, ansible_repo):
-    """node02 to the R550 stack (last: it leaves node02 there). The loaded module stays 535 until the reboot, so
-    NVML refuses (version mismatch) and nothing is restarted against it; gpu_reboot_ok reboots the host, which
-    comes back with 550 loaded and Fabric Manager 550 running at the driver's version."""
-    args = ("--tags", "gpu", "--limit", "node02", "-e", "gpu_stack=tf-horovod-r550")
-    done = site(ansible_repo, *args)
-    flat = " ".join(done.stdout.split())
-    assert done.returncode == 0, done.stdout[-4000:]
-    assert ("REBOOT REQUIRED on node02: the loaded nvidia module (535.261.03) is not the installed driver "
-            "(550.163.01)") in flat, done.stdout[-4000:]
-    assert lab2.ssh("node02", NVML_DRIVER).stdout.strip() == "NVMLError_LibRmVersionMismatch"
-    again = site(ansible_repo, *args)  # a later run still knows: the module, not this run's changes, says so
-    assert again.returncode == 0 and "REBOOT REQUIRED on node02" in again.stdout, again.stdout[-4000:]
-    rebooted = site(ansible_repo, *args, "-e", "gpu_reboot_ok=true")
-    assert rebooted.returncode == 0, rebooted.stdout[-4000:]
-    assert "REBOOT REQUIRED" not in rebooted.stdout and "Reboot to load the NVIDIA driver" in rebooted.stdout
-    assert lab2.ssh("node02", NVML_DRIVER).stdout.strip() == "550.163.01"
-    units = lab2.ssh("node02", "systemctl is-active nvidia-fabricmanager nvidia-persistenced nvidia-dcgm; "
-                               "nv-fabricmanager -v", check=False).stdout
-    assert units == "active\nactive\nactive\nFabric Manager version is : 550.163.01\n", units
-    # one Fabric Manager branch at a time: the 535 packages (held) were released and removed
-    packages = lab2.ssh("node02", "dpkg-query -W -f '${db:Status-Status} ${Package}\\n' 'nvidia-fabricmanager-*' "
-                                  "'libnvidia-nscq-*'", check=False).stdout.splitlines()
-    assert sorted(line.split()[1] for line in packages if line.startswith("installed ")) == [
-        "libnvidia-nscq-550", "nvidia-fabricmanager-550"], packages
-    assert "nvidia-fabricmanager-550" in lab2.ssh("node02", "apt-mark showhold").stdout.split()
-    assert recap(site(ansible_repo, *args).stdout) == {"node02": 0}
-
-
 def test_check_mode_on_a_fresh_host(ansible_repo):
     require_root()
     lab_cli("down", check=False)

@@ -279,13 +279,32 @@ def drained(report: Path) -> dict[str, str]:
     return out
 
 
+def ansible_playbook(playbook: str, *args: str, timeout: float = 1200,
+                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`ansible-playbook -i inventory/lab/hosts.yml PLAYBOOK ARGS` from the repository root, as a user runs it."""
+    environ = {**os.environ, **(env or {})}
+    environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}"
+    environ.pop("ANSIBLE_CONFIG", None)
+    return subprocess.run(["ansible-playbook", "-i", str(LAB_INVENTORY), playbook, *args], cwd=ROOT,
+                          capture_output=True, text=True, env=environ, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def scheduler(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """site.yml's scheduler stage (Slurm), which must succeed."""
+    done = ansible_playbook("site.yml", "--tags", "scheduler", *args, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    return done
+
+
+def changed(output: str) -> dict[str, int]:
+    """Each host's changed count in a PLAY RECAP."""
+    return {host: int(n) for host, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)}
+
+
 def refresh_agent(timeout: float = 900) -> float:
     """ansible-playbook site.yml --tags agent against the lab: the hosts run this checkout's agent."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     began = time.monotonic()
-    done = subprocess.run(["ansible-playbook", "-i", str(LAB_INVENTORY), "site.yml", "--tags", "agent"], cwd=ROOT,
-                          capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    done = ansible_playbook("site.yml", "--tags", "agent", timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"refreshing the agent failed ({done.returncode}):\n{done.stdout[-6000:]}\n"
                              f"{done.stderr[-3000:]}")

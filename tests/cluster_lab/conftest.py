@@ -1,5 +1,5 @@
 """Fixtures of the cluster-stage lab tests: one 4-host lab for the session (three simulated DGX H100s and
-one with uncorrected ECC errors) and its admin node admin01 (the Slurm controller of test_slurm_lab),
+one with uncorrected ECC errors) and its admin node admin01 (the Slurm controller: `slurm`),
 provisioned from the golden image, with this checkout's agent, always taken down at the end. Needs root and
 no other lab on the machine: skipped otherwise, failed under CI (labkit.lab_unavailable)."""
 
@@ -8,12 +8,13 @@ from __future__ import annotations
 import glob
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import GOLDEN_GLOB, SCENARIOS, LabState, lab, refresh_agent
+from cluster_lab_helpers import FAULTY, GOLDEN_GLOB, ROOT, SCENARIOS, LabState, changed, lab, refresh_agent, scheduler
 
 from labkit import lab_unavailable, require_root
 
@@ -54,3 +55,18 @@ def lab4() -> Iterator[LabState]:
     finally:
         lab("down", check=False, timeout=600)
         print("\ncluster lab timings:", state.timings, "\ncluster lab figures:", state.figures)
+
+
+@pytest.fixture(scope="session")
+def slurm(lab4: LabState) -> dict[str, str]:
+    """The scheduler stage run for real (twice: the second changes nothing), then this machine as a client of
+    admin01's slurmctld: the environment scontrol, sinfo, squeue and sbatch need here."""
+    first = scheduler()
+    assert set(changed(first.stdout)) == {"admin01", "node01", "node02", "node03", FAULTY}
+    lab4.figures["scheduler_first_run_changed"] = changed(first.stdout)
+    again = scheduler()
+    assert set(changed(again.stdout).values()) == {0}, again.stdout[-4000:]
+    sys.path.insert(0, str(ROOT))
+    from lab import slurm as lab_slurm
+
+    return lab_slurm.client_env()

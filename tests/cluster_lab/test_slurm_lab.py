@@ -10,43 +10,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import FAULTY, LAB_INVENTORY, ROOT, LabState, by_check, lab, run_cluster
+from cluster_lab_helpers import FAULTY, by_check, changed, lab, run_cluster, scheduler
 
 pytestmark = pytest.mark.lab
 
 HEALTH = "/usr/local/sbin/gpucheck-slurm-health"
-
-
-def playbook(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("ANSIBLE_CONFIG", None)
-    done = subprocess.run(["ansible-playbook", "-i", str(LAB_INVENTORY), "site.yml", "--tags", "scheduler", *args],
-                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    return done
-
-
-def changed(output: str) -> dict[str, int]:
-    return {host: int(n) for host, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)}
-
-
-@pytest.fixture(scope="module")
-def slurm(lab4: LabState) -> dict[str, str]:
-    """The scheduler stage run for real (twice: the second changes nothing), then this machine as a client."""
-    first = playbook()
-    assert set(changed(first.stdout)) == {"admin01", "node01", "node02", "node03", FAULTY}
-    lab4.figures["scheduler_first_run_changed"] = changed(first.stdout)
-    again = playbook()
-    assert set(changed(again.stdout).values()) == {0}, again.stdout[-4000:]
-    sys.path.insert(0, str(ROOT))
-    from lab import slurm as lab_slurm
-
-    return lab_slurm.client_env()
 
 
 def slurm_cmd(env: dict[str, str], *argv: str) -> str:
@@ -68,7 +38,7 @@ def health_check(name: str) -> subprocess.CompletedProcess:
 
 
 def test_the_scheduler_stage_builds_a_cluster_check_mode_works_and_gres_are_the_gpus(slurm) -> None:
-    assert set(changed(playbook("--check").stdout).values()) == {0}
+    assert set(changed(scheduler("--check").stdout).values()) == {0}
     nodes = slurm_cmd(slurm, "sinfo", "-h", "-N", "-o", "%N")
     assert nodes.split() == ["node01", "node02", "node03", FAULTY]
     assert "Gres=gpu:8" in slurm_cmd(slurm, "scontrol", "show", "node", "node01")
@@ -179,13 +149,13 @@ def test_without_an_init_system_the_role_starts_the_daemons_itself(slurm) -> Non
     the role finds every other daemon running and leaves it; it starts node01's slurmd itself, outside systemd, once."""
     lab("ssh", "node01", "--", "systemctl stop slurmd", timeout=60)
     try:
-        first = playbook("-e", "slurm_service_manager=direct")
+        first = scheduler("-e", "slurm_service_manager=direct")
         moved = {host: n for host, n in changed(first.stdout).items() if n}
         assert moved == {"node01": 1}, first.stdout[-3000:]
         state = lab("ssh", "node01", "--", "systemctl is-active slurmd; pgrep -x slurmd", timeout=60,
                     check=False).stdout.split()
         assert state[0] == "inactive" and state[1].isdigit(), state  # running, and not as the unit
-        again = playbook("-e", "slurm_service_manager=direct")
+        again = scheduler("-e", "slurm_service_manager=direct")
         assert set(changed(again.stdout).values()) == {0}, again.stdout[-3000:]
         assert slurm_cmd(slurm, "srun", "-w", "node01", "-N1", "hostname").strip() == "node01"
     finally:
