@@ -13,7 +13,7 @@ from typing import Any
 
 from ..model import EXIT_FAIL, EXIT_OK, EXIT_WARN
 
-DEFAULT_NOISE_PCT = 5.0  # a GEMM's or a copy's run-to-run spread on one idle GPU is ~1-2 % (fixtures/measured)
+DEFAULT_NOISE_PCT = 5.0  # a fixed noise floor until the history measures each figure's own run-to-run spread
 RATE_UNITS = ("TFLOPS", "GBps", "Gbps", "MBps")  # name tokens of a figure where more is better
 RANK = {"skip": 0, "pass": 0, "warn": 1, "fail": 2, "error": 2}
 
