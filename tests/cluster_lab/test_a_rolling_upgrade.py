@@ -125,8 +125,14 @@ def pins_measured(report: dict) -> dict:
 @pytest.fixture(scope="module")
 def fleet(lab4: LabState, slurm: dict[str, str]) -> Iterator[dict[str, str]]:
     """Every node healthy and in service for this module: node04's ECC fault repaired (restored after), and a drain
-    Slurm's health check made of it meanwhile undone."""
+    Slurm's health check made of it undone. slurmd runs that check when it starts: one still running on node04 when
+    the fault is repaired drains it after (seen in CI: slurmctld's log had node04 drained as the rollout began), so
+    the checks in flight are waited for first."""
     lab("fault", FAULTY, "scenario", "dgx-h100", timeout=120)
+    for node in NODES:
+        deadline = time.monotonic() + 300
+        while ssh(node, "pgrep -f 'gpucheck node --slurm' || true").strip() and time.monotonic() < deadline:
+            time.sleep(2)
     for node, (state, _) in node_states(slurm).items():
         if "drain" in state:
             slurm_cmd(slurm, "scontrol", "update", f"nodename={node}", "state=resume")
