@@ -131,7 +131,7 @@ def fleet(lab4: LabState, slurm: dict[str, str]) -> Iterator[dict[str, str]]:
     lab("fault", FAULTY, "scenario", "dgx-h100", timeout=120)
     for node in NODES:
         deadline = time.monotonic() + 300
-        while ssh(node, "pgrep -f 'gpucheck node --slurm' || true").strip() and time.monotonic() < deadline:
+        while ssh(node, "pgrep -f 'gpucheck node [-]-slurm' || true").strip() and time.monotonic() < deadline:
             time.sleep(2)
     for node, (state, _) in node_states(slurm).items():
         if "drain" in state:
