@@ -279,14 +279,27 @@ def drained(report: Path) -> dict[str, str]:
     return out
 
 
-def ansible_playbook(playbook: str, *args: str, timeout: float = 1200,
-                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`ansible-playbook -i inventory/lab/hosts.yml PLAYBOOK ARGS` from the repository root, as a user runs it."""
+def playbook_command(playbook: str, *args: str, env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) of `ansible-playbook -i inventory/lab/hosts.yml PLAYBOOK ARGS`, run from the repository
+    root as a user runs it: this venv's ansible first on PATH, no ANSIBLE_CONFIG of the caller's."""
     environ = {**os.environ, **(env or {})}
     environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}"
     environ.pop("ANSIBLE_CONFIG", None)
-    return subprocess.run(["ansible-playbook", "-i", str(LAB_INVENTORY), playbook, *args], cwd=ROOT,
-                          capture_output=True, text=True, env=environ, timeout=timeout, stdin=subprocess.DEVNULL)
+    return ["ansible-playbook", "-i", str(LAB_INVENTORY), playbook, *args], environ
+
+
+def ansible_playbook(playbook: str, *args: str, timeout: float = 1200,
+                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    argv, environ = playbook_command(playbook, *args, env=env)
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=environ, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def slurm_cmd(env: dict[str, str], *argv: str) -> str:
+    """A Slurm client command on this machine (env: the `slurm` fixture's), which must succeed; its output."""
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def scheduler(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:

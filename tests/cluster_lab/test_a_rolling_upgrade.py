@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import FAULTY, ROOT, LabState, ansible_playbook, lab
+from cluster_lab_helpers import FAULTY, ROOT, LabState, ansible_playbook, lab, playbook_command, slurm_cmd
 
 pytestmark = pytest.mark.lab
 
@@ -41,12 +41,6 @@ NVML_DRIVER = ("/opt/gpucheck/venv/bin/python -c 'import pynvml as n\ntry:\n n.n
 
 def ssh(node: str, command: str, check: bool = True) -> str:
     return lab("ssh", node, "--", command, timeout=300, check=check).stdout
-
-
-def slurm_cmd(env: dict[str, str], *argv: str) -> str:
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **env})
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def node_states(env: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -152,9 +146,9 @@ def test_the_rollout_waits_for_a_job_stops_at_the_first_failing_node_and_a_rerun
     args, env = upgrade_command(tmp_path, "-e", "gpu_stack=tf-horovod-r550")
     began = time.monotonic()
     with DrainWatcher(fleet) as watch:
-        rollout = subprocess.Popen(["ansible-playbook", "-i", "inventory/lab/hosts.yml", "playbooks/upgrade.yml",
-                                    *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env={**os.environ, **env, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
+        argv, environ = playbook_command("playbooks/upgrade.yml", *args, env=env)
+        rollout = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=environ)
         try:
             deadline = time.monotonic() + 1200
             while "node02" not in watch.out_at and time.monotonic() < deadline and rollout.poll() is None:

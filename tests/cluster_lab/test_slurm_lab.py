@@ -7,22 +7,15 @@ healthy nodes here are node01 and node02."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
 import pytest
-from cluster_lab_helpers import FAULTY, by_check, changed, lab, run_cluster, scheduler
+from cluster_lab_helpers import FAULTY, by_check, changed, lab, run_cluster, scheduler, slurm_cmd
 
 pytestmark = pytest.mark.lab
 
 HEALTH = "/usr/local/sbin/gpucheck-slurm-health"
-
-
-def slurm_cmd(env: dict[str, str], *argv: str) -> str:
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **env})
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def node(env: dict[str, str], name: str) -> tuple[str, str]:
