@@ -302,11 +302,26 @@ def slurm_cmd(env: dict[str, str], *argv: str) -> str:
     return done.stdout
 
 
+# slurmd runs no HealthCheckProgram on a timer in these tests: they run it themselves, when they mean to. On its
+# 300-s timer it drained the faulty node between a test's resume and its `gpucheck cluster --drain` (seen in CI).
+NO_TIMED_HEALTH_CHECK = ("-e", "slurm_health_check_interval_s=0")
+
+
 def scheduler(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """site.yml's scheduler stage (Slurm), which must succeed."""
-    done = ansible_playbook("site.yml", "--tags", "scheduler", *args, timeout=timeout)
+    """site.yml's scheduler stage (Slurm), which must succeed; slurmd's timed health check off."""
+    done = ansible_playbook("site.yml", "--tags", "scheduler", *NO_TIMED_HEALTH_CHECK, *args, timeout=timeout)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     return done
+
+
+def task_outcomes(output: str, task: str) -> dict[str, set[str]]:
+    """Each outcome (ok, changed, skipping, fatal, ...) of a task named `ROLE : NAME` in an ansible-playbook output,
+    with the hosts that had it, over every batch that ran it (hosts of one batch print in the order they end)."""
+    outcomes: dict[str, set[str]] = {}
+    for block in re.findall(rf"^TASK \[{re.escape(task)}\] \**\n(.*?)(?:\n\n|\Z)", output, re.M | re.S):
+        for outcome, host in re.findall(r"^(\w+): \[([^\]]+)\]", block, re.M):
+            outcomes.setdefault(outcome, set()).add(host)
+    return outcomes
 
 
 def changed(output: str) -> dict[str, int]:

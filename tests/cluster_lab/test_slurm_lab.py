@@ -26,7 +26,7 @@ def node(env: dict[str, str], name: str) -> tuple[str, str]:
 
 
 def health_check(name: str) -> subprocess.CompletedProcess:
-    """What slurmd runs every HealthCheckInterval on the node: gpucheck node --slurm."""
+    """slurmd's HealthCheckProgram on the node (gpucheck node --slurm), run when the test means it to (scheduler())."""
     return lab("ssh", name, "--", HEALTH, timeout=300, check=False)
 
 
