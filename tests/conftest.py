@@ -61,6 +61,22 @@ def private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.environ["TMPDIR"] = before
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_history(private_tmpdir: Path) -> Iterator[Path]:
+    """GPUCHECK_HISTORY is this run's own store: every `gpucheck cluster` the tests run records its run there,
+    never in the user's ~/.local/state/gpucheck/history.sqlite."""
+    path = private_tmpdir / "history.sqlite"
+    before = os.environ.get("GPUCHECK_HISTORY")
+    os.environ["GPUCHECK_HISTORY"] = str(path)
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop("GPUCHECK_HISTORY", None)
+        else:
+            os.environ["GPUCHECK_HISTORY"] = before
+
+
 @pytest.fixture
 def fake_bin(tmp_path: Path):
     """Make executables that replay a recorded output and exit code: fake_bin.add('ibstat', text, code)."""

@@ -25,7 +25,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "report": FOUNDATION | {"report"},
     "workloads": FOUNDATION | {"workloads"},
     "gpuwork": {"gpuwork"},  # runs in a child process per GPU: the standard library, CuPy, NumPy, pynvml only
-    "cluster": FOUNDATION | {"cluster", "cli_types", "parsers", "report", "workloads"},
+    "cluster": FOUNDATION | {"cluster", "cli_types", "history", "parsers", "report", "workloads"},
     "cli": FOUNDATION | {"cli_types", "node", "parsers", "report"},
     "history": FOUNDATION | {"history", "cli_types"},
     "main": FOUNDATION | {"cli", "cli_types", "cluster", "history"},

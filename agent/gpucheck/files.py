@@ -9,6 +9,7 @@ import fcntl
 import os
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -23,6 +24,20 @@ UMASK = _umask()  # read once at import, in the main thread (os.umask is process
 
 KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """$XDG_STATE_HOME/gpucheck, ~/.local/state/gpucheck where XDG_STATE_HOME is unset or not absolute (the XDG
+    base directory rule): where reports and the history store go by default. Never the current directory: that is
+    often a checkout, where a report is easily committed by accident. RuntimeError when there is no home either."""
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        home = env.get("HOME") or os.path.expanduser("~")  # the password database's when HOME is unset
+        if not os.path.isabs(home):
+            raise RuntimeError("no home directory for gpucheck's state directory")
+        state = os.path.join(home, ".local", "state")
+    return Path(state) / "gpucheck"
 
 
 def kind_of(mode: int) -> str:

@@ -9,7 +9,7 @@ import sys
 from . import __version__, cli
 from .cli_types import EXIT_CODES_HELP, Parser, guarded
 from .cluster import cli as cluster_cli
-from .history import cli as history_cli
+from .history import diff_cli, history_cli
 from .model import EXIT_UNKNOWN
 
 DESCRIPTION = "Prove that GPU servers are ready for distributed training."
@@ -25,6 +25,7 @@ examples:
   gpucheck profiles                      which profiles exist, which one this node gets
   gpucheck checks                        every check id and what it verifies
   gpucheck diff before.json after.json   what an upgrade changed: versions, verdicts, figures
+  gpucheck history show node07           node07's figures over its last runs (every cluster run is recorded)
 
 Each command's description, options, exit codes and examples: gpucheck COMMAND --help
 """
@@ -37,6 +38,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     cli.add_parsers(sub)
     cluster_cli.add_parser(sub)
+    diff_cli.add_parser(sub)
     history_cli.add_parser(sub)
     return parser
 
@@ -47,7 +49,7 @@ def dispatch(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_UNKNOWN
-    handlers = {**cli.HANDLERS, "cluster": cluster_cli.run, "diff": history_cli.run}
+    handlers = {**cli.HANDLERS, "cluster": cluster_cli.run, "diff": diff_cli.run, "history": history_cli.run}
     return handlers[args.command](args)
 
 

@@ -81,6 +81,33 @@ def test_one_failing_node_exits_2_and_is_drained(sshd: LoopbackSshd, tmp_path: P
     assert "drain (1): node02" in done.stdout
 
 
+def test_each_run_is_recorded_in_the_history_and_a_broken_store_changes_no_verdict(sshd: LoopbackSshd,
+                                                                                    tmp_path: Path) -> None:
+    from gpucheck.history.store import Store
+
+    hosts = healthy(sshd, 2)
+    sshd.report(sshd.ports[1], node_report("node02", fail={"gpu.ecc_errors": "GPU3: 12 uncorrected volatile errors"},
+                                           measured={"gpu.gemm": {"GPU0": {"bf16_TFLOPS": 701.5}}}))
+    store = tmp_path / "history.sqlite"
+    done, report, _ = cluster(sshd, tmp_path, hosts, "--history", str(store))
+    assert done.returncode == 2 and f"history: run 1 recorded in {store}" in done.stdout, done.stdout + done.stderr
+    with Store(store) as history:
+        [run] = history.query("SELECT kind, source, exit_code, complete FROM runs")
+        assert run == {"kind": "cluster", "source": str(report / "report.json"), "exit_code": 2, "complete": 1}
+        parts = {r["node"]: r["status"] for r in history.query("SELECT node, status FROM node_runs")}
+        assert parts == {"node01": "pass", "node02": "fail", "": "pass"}  # "": the cluster's own checks
+        assert history.query("SELECT f.gpu, f.value FROM figures f JOIN names n ON n.id = f.name_id "
+                             "WHERE n.check_name = 'gpu.gemm'") == [{"gpu": 0, "value": 701.5}]
+    unrecorded, _, _ = cluster(sshd, tmp_path, hosts, "--history", str(store), "--no-history")
+    assert unrecorded.returncode == 2 and "history:" not in unrecorded.stdout + unrecorded.stderr
+    foreign = tmp_path / "foreign.sqlite"
+    foreign.write_bytes(b"no database" * 200)
+    broken, _, _ = cluster(sshd, tmp_path, hosts, "--history", str(foreign))
+    assert broken.returncode == 2 and "verdict: FAIL" in broken.stdout
+    assert broken.stderr.strip() == (f"history: this run was not recorded: {foreign}: not a gpucheck history store "
+                                     "(file is not a database)"), broken.stderr
+
+
 def test_unreachable_node_is_a_result_and_the_rest_are_checked(sshd: LoopbackSshd, tmp_path: Path) -> None:
     hosts = healthy(sshd, 2)
     hosts["node03"] = {"ansible_port": free_port()}  # nothing listens there

@@ -146,6 +146,10 @@ def add_parser(subparsers: Any) -> None:
                      help="report directory (default: $XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, "
                           "~/.local/state/gpucheck/reports/... without XDG_STATE_HOME; never the current directory, "
                           "where a report is easily committed with a checkout)")
+    cmp.add_argument("--history", type=Path, metavar="FILE",
+                     help="record the run in this history store (default: $GPUCHECK_HISTORY, else "
+                          "$XDG_STATE_HOME/gpucheck/history.sqlite; `gpucheck history` reads it)")
+    cmp.add_argument("--no-history", action="store_true", help="do not record the run in the history store")
 
 
 def fail(message: str) -> int:
@@ -271,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as error:
                 return fail(f"cannot write the report in {directory}: {error.strerror or error}")
             sys.stdout.write(for_terminal(report.render_summary(doc, directory), newlines=True))
+            remember(doc, directory, args)
             print("gpucheck: terminated (SIGTERM)" if isinstance(exc, Terminated) else "gpucheck: interrupted",
                   file=sys.stderr)
             return EXIT_UNKNOWN
@@ -286,10 +291,21 @@ def run(args: argparse.Namespace) -> int:
             print(for_terminal(f"slurm: {item['text']}" if item["action"] != "error"
                                else f"slurm: {item['node']}: {item['text']}"))
         try:
-            save(complete=True)
+            doc = save(complete=True)
         except OSError as exc:
             return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
         if error:
             print(f"gpucheck: slurm: {error}", file=sys.stderr)
             code = code if code == EXIT_FAIL else EXIT_UNKNOWN  # a failure still outranks it
+    remember(doc, directory, args)
     return code
+
+
+def remember(doc: dict[str, Any], directory: Path, args: argparse.Namespace) -> None:
+    """The run as report.json has it, into the history store (never changes the exit code)."""
+    if args.no_history:
+        return
+    from ..history.recording import record_run
+
+    recorded, said = record_run(doc, directory / "report.json", args.history)
+    print(said, file=sys.stdout if recorded else sys.stderr)

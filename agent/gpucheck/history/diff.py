@@ -1,8 +1,8 @@
 """`gpucheck diff BEFORE AFTER`: what changed between two runs of a node (two `gpucheck node --format json`
-reports) or of a cluster (two handoff.json, node by node): the versions, the checks whose verdict moved, and the
-figures (rates: TFLOP/s, GB/s, Gb/s, MB/s, per second) that moved by more than the noise. The before/after view
-of an upgrade; its verdict follows the exit-code convention: 2 when a check got worse to fail or error, 1 when
-one got worse to warn or a figure dropped beyond the noise, else 0."""
+reports) or of a cluster (two cluster reports' report.json, node by node): the versions, the checks whose verdict
+moved, and the figures (rates: TFLOP/s, GB/s, Gb/s, MB/s, per second) that moved by more than the noise. The
+before/after view of an upgrade; its verdict follows the exit-code convention: 2 when a check got worse to fail
+or error, 1 when one got worse to warn or a figure dropped beyond the noise, else 0."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class NodeDiff:
 
 
 def node_reports(doc: Any, path: str) -> dict[str, dict]:
-    """{node: its report} of a node report (one) or a handoff.json (every node that has one)."""
+    """{node: its report} of a node report (one) or a cluster report.json (every node that has one)."""
     if isinstance(doc, dict) and isinstance(doc.get("results"), list):
         return {str(doc.get("host") or "node"): doc}
     if isinstance(doc, dict) and isinstance(doc.get("nodes"), dict):
@@ -48,7 +48,7 @@ def node_reports(doc: Any, path: str) -> dict[str, dict]:
                 if isinstance(entry, dict) and isinstance(entry.get("report"), dict)
                 and isinstance(entry["report"].get("results"), list)}
     raise DiffError(f"{path}: not a gpucheck report (neither `gpucheck node --format json` nor a cluster's "
-                    "handoff.json)")
+                    "report.json)")
 
 
 def versions(report: dict) -> dict[str, str]:

@@ -224,6 +224,8 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
         # the programs another user runs on a GPU (read before any work of ours): the cluster's GPU jobs skip it
         "gpu_processes": {f"GPU{g['index']}": g["processes"] for g in gpus if g.get("processes")},
         "gpu_models": sorted({g.get("name") for g in gpus if g.get("name")}),
+        # each GPU's identity, lost ones included: the history follows a GPU by its UUID wherever it moves
+        "gpus": [{k: g.get(k) for k in ("index", "uuid", "pci_bus_id", "name")} for g in nvml_facts.get("gpus", [])],
         # which machine this is: the cluster names two inventory entries that reach the same one
         "machine": identity.machine(nvml_facts),
         "libraries": libraries.summary(ctx.facts.get("libraries")),

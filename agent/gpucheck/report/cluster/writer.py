@@ -7,13 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...files import write_atomically
+from ...files import state_dir, write_atomically
 from .drain import render_drain
 from .html import render_html
 from .json import render_json
@@ -30,18 +29,9 @@ NAME_MAX = 100  # of the readable part of a node's file name (file systems allow
 
 
 def default_dir(now: dt.datetime | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """$XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, ~/.local/state/... where XDG_STATE_HOME is
-    unset or not absolute (the XDG base directory rule). Never the current directory: that is often a checkout,
-    where a report is easily committed by accident. RuntimeError when there is no home directory either."""
-    env = os.environ if environ is None else environ
+    """<state directory>/reports/gpucheck-report-<UTC time>/ (files.state_dir). RuntimeError without a home."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    state = env.get("XDG_STATE_HOME", "")
-    if not os.path.isabs(state):
-        home = env.get("HOME") or os.path.expanduser("~")  # the password database's when HOME is unset
-        if not os.path.isabs(home):
-            raise RuntimeError("no home directory for the default report directory")
-        state = os.path.join(home, ".local", "state")
-    return Path(state) / "gpucheck" / "reports" / f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    return state_dir(environ) / "reports" / f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}"
 
 
 def safe_name(host: str) -> str:

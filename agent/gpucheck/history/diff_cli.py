@@ -12,7 +12,7 @@ from ..files import read_file
 from ..model import EXIT_OK
 from .diff import DEFAULT_NOISE_PCT, DiffError, diff_runs, render_json, render_text
 
-MAX_REPORT_B = 256 * 1024 * 1024  # `gpucheck diff` reads at most this of a report: 256 nodes' handoff.json is ~50 MiB
+MAX_REPORT_B = 256 * 1024 * 1024  # `gpucheck diff` reads at most this of a report: 256 nodes' report.json is ~50 MiB
 noise_pct = Bounded(float, "a percentage", 0, 1000, limits="percent, more than 0, at most 1000")
 DIFF_EPILOG = """\
 exit codes: 0 nothing got worse, 1 a check got worse to warn or a figure dropped beyond --noise, 2 a check got
@@ -21,7 +21,7 @@ and exit 3; GPUCHECK_DEBUG=1 adds its traceback.
 
 examples:
   gpucheck diff before.json after.json   one node before and after an upgrade (playbooks/upgrade.yml runs it)
-  gpucheck diff --noise 2 old/handoff.json new/handoff.json
+  gpucheck diff --noise 2 old/report.json new/report.json
                                          two cluster runs, node by node; figures moved by more than 2 %
 """
 
@@ -30,9 +30,9 @@ def add_parser(sub: Any) -> None:
     diff = sub.add_parser("diff", help="what changed between two runs: versions, verdicts, figures",
                           epilog=DIFF_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                           description="Compare two runs of a node (`gpucheck node --format json` reports) or of a "
-                                      "cluster (two handoff.json, node by node): the versions that changed, the "
-                                      "checks whose verdict moved, and the figures (TFLOP/s, GB/s, Gb/s, per "
-                                      "second) that moved by more than --noise.")
+                                      "cluster (two cluster reports' report.json, node by node): the versions "
+                                      "that changed, the checks whose verdict moved, and the figures (TFLOP/s, "
+                                      "GB/s, Gb/s, per second) that moved by more than --noise.")
     diff.add_argument("before", metavar="BEFORE", help="the earlier run's report")
     diff.add_argument("after", metavar="AFTER", help="the later run's report")
     diff.add_argument("--noise", type=noise_pct, default=DEFAULT_NOISE_PCT, metavar="PCT",
@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             docs.append(json.loads(data))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            fail(f"{path}: not JSON ({exc}): give reports written with --format json, or handoff.json")
+            fail(f"{path}: not JSON ({exc}): give reports written with --format json, or a cluster report's "
+                 "report.json")
     try:
         diffs = diff_runs(docs[0], docs[1], args.before, args.after, args.noise)
     except DiffError as exc:

@@ -1,0 +1,179 @@
+"""`gpucheck history`: the history store's command line (import, runs, show, export). Bad input is one line and
+exit 3; a report that cannot be imported costs that report only."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..cli_types import Bounded, Parser, fail
+from ..files import write_atomically
+from ..model import EXIT_OK, EXIT_UNKNOWN
+from . import queries
+from .diff import number
+from .importer import import_paths
+from .records import CLUSTER, NODE_GPU, NotAReport, utc
+from .store import ENV, HistoryError, Store, default_path
+
+EXPORT_COLUMNS = ("run", "node_run", "kind", "started", "node", "node_status", "gpu", "uuid", "pci_bus_id", "check",
+                  "figure", "unit", "value")
+AGO = re.compile(r"([0-9]{1,5})([dh])")  # --since 7d, 12h
+count = Bounded(int, "a whole number", 1, 10_000, low_included=True, limits="1 to 10000")
+EPILOG = f"""\
+The store: --store, else ${ENV}, else $XDG_STATE_HOME/gpucheck/history.sqlite (~/.local/state/... without
+XDG_STATE_HOME). `gpucheck cluster` records each of its runs there; `import` adds reports already on disk.
+
+exit codes: 0 done; 3 bad input, a store that cannot be used, or (import) a named file that is not a readable
+gpucheck report (the others are still imported).
+
+examples:
+  gpucheck history import ~/.local/state/gpucheck/reports     every report under it, each once
+  gpucheck history runs --node node07                          the runs that checked node07, newest first
+  gpucheck history show node07 --check gpu.gemm                its GEMM figures per GPU over its last runs
+  gpucheck history show GPU-5d3c... --runs 20                  one GPU's figures, wherever it was
+  gpucheck history export --format csv --since 30d -o figures.csv
+"""
+
+
+def since(text: str) -> str:
+    """--since: 7d, 12h, or an ISO 8601 date or time (UTC unless it says)."""
+    ago = AGO.fullmatch(text)
+    if ago:
+        delta = dt.timedelta(days=int(ago[1])) if ago[2] == "d" else dt.timedelta(hours=int(ago[1]))
+        return (dt.datetime.now(dt.timezone.utc) - delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return utc(text)
+    except NotAReport:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is neither Nd, Nh nor an ISO 8601 date or time") from None
+
+
+def add_parser(sub: Any) -> None:
+    common = Parser(add_help=False)
+    common.add_argument("--store", type=Path, metavar="FILE", help=f"the history store (default: ${ENV}, else "
+                        "$XDG_STATE_HOME/gpucheck/history.sqlite)")
+    history = sub.add_parser("history", help="what gpucheck remembers of past runs: import, runs, show, export",
+                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                             description="Every node report and cluster run in one SQLite store on the admin node: "
+                                         "each node's and each GPU's figures over time, for comparison, trends "
+                                         "and evidence.")
+    verbs = history.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser, required=True)
+    imp = verbs.add_parser("import", parents=[common], help="record reports already on disk",
+                           description="Record node reports (gpucheck node --format json) and cluster report "
+                                       "directories, or every one under a folder. A report recorded before is "
+                                       "not recorded again.")
+    imp.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a report, a report directory or a folder")
+    runs = verbs.add_parser("runs", parents=[common], help="the runs, newest first")
+    runs.add_argument("--node", help="only the runs that checked this node")
+    runs.add_argument("--since", type=since, metavar="WHEN", help="only runs since: 7d, 12h or an ISO date")
+    runs.add_argument("--limit", type=count, default=50, help="at most this many (default: %(default)s)")
+    show = verbs.add_parser("show", parents=[common], help="a node's or a GPU's figures over its last runs")
+    show.add_argument("target", metavar="NODE|GPU-UUID", help="a node name, or a GPU's UUID (GPU-...)")
+    show.add_argument("--check", metavar="ID", help="only this check's figures (gpu.gemm, gpu.burn, ...)")
+    show.add_argument("--figure", metavar="TEXT", help="only figures whose name holds TEXT (bf16, GBps, ...)")
+    show.add_argument("--runs", type=count, default=8, metavar="N", help="its last N runs (default: %(default)s)")
+    export = verbs.add_parser("export", parents=[common], help="every figure as rows: CSV or JSON")
+    export.add_argument("--format", choices=("csv", "json"), default="csv", help="(default: %(default)s)")
+    export.add_argument("--node", help="only this node's figures")
+    export.add_argument("--since", type=since, metavar="WHEN", help="only runs since: 7d, 12h or an ISO date")
+    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here (default: standard output)")
+
+
+def open_store(args: argparse.Namespace, create: bool) -> Store:
+    try:
+        return Store(args.store or default_path(), create=create)
+    except HistoryError as exc:
+        fail(str(exc))
+    except RuntimeError as exc:  # no home directory for the default
+        fail(f"{exc}: give one with --store FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_store(args, create=args.verb == "import") as store:
+        return {"import": do_import, "runs": do_runs, "show": do_show, "export": do_export}[args.verb](store, args)
+
+
+def do_import(store: Store, args: argparse.Namespace) -> int:
+    def progress(path: Path, said: str) -> None:
+        print(f"  {path}: {said}", flush=True)
+
+    outcome = import_paths(store, args.paths, progress)
+    for line in outcome.errors:
+        print(f"gpucheck: error: {line}", file=sys.stderr)
+    skipped = f"; {len(outcome.not_reports)} other JSON file(s) skipped" if outcome.not_reports else ""
+    print(f"history: {outcome.recorded} run(s) recorded, {outcome.known} recorded before{skipped} ({store.path})")
+    return EXIT_UNKNOWN if outcome.errors else EXIT_OK
+
+
+def do_runs(store: Store, args: argparse.Namespace) -> int:
+    rows = queries.runs(store, args.node, args.since, args.limit)
+    if not rows:
+        print(f"no runs in {store.path}" + (f" for node {args.node}" if args.node else ""))
+        return EXIT_OK
+    print(f"{'run':>6}  {'started (UTC)':<20}  {'kind':<7}  {'nodes':>5}  {'pass':>4} {'warn':>4} {'fail':>4} "
+          f"{'other':>5}  exit  source")
+    for r in rows:
+        state = "" if r["complete"] else " (incomplete)"
+        print(f"{r['run']:>6}  {r['started']:<20}  {r['kind']:<7}  {r['nodes']:>5}  {r['pass']:>4} {r['warn']:>4} "
+              f"{r['fail']:>4} {r['other']:>5}  {'-' if r['exit_code'] is None else r['exit_code']:>4}  "
+              f"{r['source']}{state}")
+    return EXIT_OK
+
+
+def do_show(store: Store, args: argparse.Namespace) -> int:
+    gpu = args.target.startswith("GPU-")
+    selection = queries.Selection(node=None if gpu else args.target, uuid=args.target if gpu else None,
+                                  check=args.check, figure=args.figure)
+    node_runs = queries.recent_node_runs(store, selection, args.runs)
+    if not node_runs:
+        known = queries.known_nodes(store)
+        fail(f"nothing recorded for {'GPU' if gpu else 'node'} {args.target} in {store.path}"
+             + (f" (nodes recorded: {', '.join(known[:10])}{', ...' if len(known) > 10 else ''})" if known else ""))
+    found = queries.series(store, selection, node_runs)
+    sys.stdout.write(render_series(args.target, node_runs, found))
+    return EXIT_OK
+
+
+def render_series(target: str, node_runs: list[dict], found: dict[tuple, dict[int, float]]) -> str:
+    labels = {key: f"{key[0]} {key[1]}".strip() + (f" [{key[2]}]" if key[2] and key[2] not in key[1] else "")
+              + ("" if key[3] == NODE_GPU else f"  GPU{key[3]}") for key in found}
+    width = max([len("started (UTC)"), *map(len, labels.values())]) + 2
+    header = [("run", [f"#{r['run']}" for r in node_runs]), ("started (UTC)", [r["started"][:16] for r in node_runs]),
+              ("node", [r["node"] for r in node_runs]), ("verdict", [r["status"] for r in node_runs])]
+    rows = header + [(labels[key], [number(values[r["id"]]) if r["id"] in values else "-" for r in node_runs])
+                     for key, values in found.items()]
+    column = max(16, *(len(c) for _, cells in rows for c in cells)) + 1
+    lines = [f"{target}: its last {len(node_runs)} run(s), oldest first"
+             + ("" if found else " (no figure matches)")]
+    lines += [f"  {name:<{width}}" + "".join(f"{c:>{column}}" for c in cells) for name, cells in rows]
+    return "\n".join(lines) + "\n"
+
+
+def do_export(store: Store, args: argparse.Namespace) -> int:
+    rows = queries.figure_rows(store, queries.Selection(node=args.node, since=args.since))
+    for row in rows:
+        row["node"] = row["node"] if row["node"] != CLUSTER else "(cluster)"
+        row["gpu"] = None if row["gpu"] == NODE_GPU else row["gpu"]
+    if args.format == "json":
+        text = json.dumps([{k: row[k] for k in EXPORT_COLUMNS} for row in rows], indent=1) + "\n"
+    else:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, EXPORT_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        text = out.getvalue()
+    if args.output is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        write_atomically(args.output, text)
+    except OSError as exc:
+        fail(f"cannot write {args.output}: {exc.strerror or exc}")
+    print(f"history: {len(rows)} figure(s) written to {args.output}", file=sys.stderr)
+    return EXIT_OK

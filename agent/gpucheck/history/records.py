@@ -1,0 +1,160 @@
+"""What the history keeps of a report: a node report (`gpucheck node --format json`) or a cluster report
+(report.json) as plain records: the run, each node's part of it (its verdict, its GPUs' identity, each check's
+verdict, every figure with its unit and GPU, the versions), and the cluster's own checks as the node CLUSTER."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .diff import node_reports, versions
+
+CLUSTER = ""  # the node name a cluster run's own checks are kept under: no inventory host has an empty name
+NODE_GPU = -1  # the GPU index of a figure that is the node's, not one GPU's
+GPU_KEY = re.compile(r"GPU(\d{1,4})")  # how a report names one GPU in a check's measured values
+# name tokens that say a figure's unit (gpu.burn TFLOPS_median: TFLOPS; temperature_C_max: C), last one first
+UNITS = ("TFLOPS", "GBps", "Gbps", "MBps", "MHz", "GiB", "MiB", "W", "C", "s", "ms", "pct")
+STATUS_OF_EXIT = {0: "pass", 1: "warn", 2: "fail", 3: "error"}
+MEASURED = ("pass", "warn", "fail")  # a skipped check or one that errored measured nothing to keep
+
+
+class NotAReport(ValueError):
+    """The document is not a gpucheck report: one line for the user."""
+
+
+@dataclass
+class NodeRun:
+    node: str
+    status: str
+    reason: str | None = None
+    profile: str | None = None
+    gpus: list[tuple[int, str | None, str | None, str | None]] = field(default_factory=list)  # (index, uuid, bus, name)
+    results: list[tuple[str, str, str | None]] = field(default_factory=list)  # (check, status, reason unless pass)
+    figures: list[tuple[str, str, str, int, float]] = field(default_factory=list)  # (check, figure, unit, gpu, value)
+    versions: dict[str, str] = field(default_factory=dict)
+    report: dict[str, Any] | None = None  # what the node said, kept whole when it did not pass (evidence)
+
+
+@dataclass
+class Run:
+    kind: str  # node | cluster
+    started: str  # UTC, 2026-11-27T05:00:00Z
+    digest: str  # of the whole document: the same report recorded twice is one run
+    exit_code: int | None
+    gpucheck_version: str | None
+    complete: bool
+    nodes: list[NodeRun]
+
+
+def utc(text: Any) -> str:
+    """An ISO 8601 time as UTC `YYYY-MM-DDTHH:MM:SSZ`, so that times from any report sort as text."""
+    try:
+        when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        raise NotAReport(f"its start time {str(text)[:40]!r} is not an ISO 8601 time") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)  # gpucheck writes UTC; a time without a zone is taken as it
+    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def digest(doc: Any) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def unit_of(name: str) -> str:
+    if name.endswith("per_s"):
+        return "per_s"
+    tokens = re.split(r"[_ .]", name)
+    return next((t for t in reversed(tokens) if t in UNITS), "")
+
+
+def figures_of(check: str, measured: Any) -> list[tuple[str, str, str, int, float]]:
+    """Every finite number under a check's measured values: (check, figure, unit, GPU index or NODE_GPU, value).
+    A `GPUn` key says whose the numbers under it are; the other keys on the way name the figure."""
+    found: list[tuple[str, str, str, int, float]] = []
+
+    def walk(value: Any, path: list[str], gpu: int) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                label = GPU_KEY.fullmatch(str(key))
+                if label and gpu == NODE_GPU:
+                    walk(inner, path, int(label[1]))
+                else:
+                    walk(inner, [*path, str(key)], gpu)
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            name = " ".join(path)
+            found.append((check, name, unit_of(name) or unit_of(check.rsplit(".", 1)[-1]), gpu, float(value)))
+
+    walk(measured, [], NODE_GPU)
+    return found
+
+
+def checks_of(results: Any) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, str, int, float]]]:
+    verdicts, figures = [], []
+    for result in results if isinstance(results, list) else []:
+        if not isinstance(result, dict) or not result.get("check"):
+            continue
+        check, status = str(result["check"]), str(result.get("status"))
+        verdicts.append((check, status, None if status in ("pass", "skip") else str(result.get("reason") or "")))
+        if status in MEASURED:
+            figures += figures_of(check, result.get("measured"))
+    return verdicts, figures
+
+
+def gpus_of(facts: dict[str, Any]) -> list[tuple[int, str | None, str | None, str | None]]:
+    """Each GPU's identity as the report names it (facts.gpus, written since gpucheck 0.1 with history)."""
+    found = []
+    for gpu in facts.get("gpus") or []:
+        if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
+            found.append((gpu["index"], *(str(gpu[k]) if gpu.get(k) else None for k in ("uuid", "pci_bus_id", "name"))))
+    return found
+
+
+def node_run(node: str, report: dict[str, Any], status: str | None = None, reason: str | None = None) -> NodeRun:
+    facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}
+    verdicts, figures = checks_of(report.get("results"))
+    own = status or STATUS_OF_EXIT.get(report.get("exit_code"), "error")  # type: ignore[arg-type]
+    return NodeRun(node=node, status=own, reason=reason, profile=report.get("profile"), gpus=gpus_of(facts),
+                   results=verdicts, figures=figures, versions=versions(report),
+                   report=None if own == "pass" else report)
+
+
+def from_node_report(doc: dict[str, Any]) -> Run:
+    node = str(doc.get("host") or "")
+    if not node:
+        raise NotAReport("a node report without its host name")
+    return Run(kind="node", started=utc(doc.get("started")), digest=digest(doc), exit_code=doc.get("exit_code"),
+               gpucheck_version=doc.get("gpucheck_version"), complete=True, nodes=[node_run(node, doc)])
+
+
+def from_cluster_report(doc: dict[str, Any]) -> Run:
+    reports = node_reports(doc, "report.json")
+    nodes = []
+    for name, entry in doc["nodes"].items():
+        if not isinstance(entry, dict) or entry.get("status") == "pending":
+            continue  # never checked: nothing to remember
+        status, reason = str(entry.get("status")), entry.get("reason")
+        if name in reports:
+            nodes.append(node_run(name, reports[name], status, reason))
+        else:  # unreachable, hung, interrupted: its verdict and why, and the entry as evidence
+            nodes.append(NodeRun(node=name, status=status, reason=reason, report=entry))
+    verdicts, figures = checks_of(doc.get("cluster"))
+    if verdicts:
+        worst = next((s for s in ("fail", "error", "warn", "pass") if any(v[1] == s for v in verdicts)), "skip")
+        nodes.append(NodeRun(node=CLUSTER, status=worst, results=verdicts, figures=figures))
+    return Run(kind="cluster", started=utc(doc.get("started")), digest=digest(doc), exit_code=doc.get("exit_code"),
+               gpucheck_version=doc.get("gpucheck_version"), complete=bool(doc.get("complete")), nodes=nodes)
+
+
+def from_document(doc: Any) -> Run:
+    """The run a gpucheck report records; NotAReport for anything else."""
+    if isinstance(doc, dict) and doc.get("kind") == "cluster" and isinstance(doc.get("nodes"), dict):
+        return from_cluster_report(doc)
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list) and "started" in doc:
+        return from_node_report(doc)
+    raise NotAReport("not a gpucheck report (neither `gpucheck node --format json` nor a cluster's report.json)")

@@ -1,0 +1,225 @@
+"""The history store: every run gpucheck was given, in one SQLite file on the admin node (docs/history.md).
+
+One transaction per run (BEGIN IMMEDIATE): a run is there whole or not at all, whatever kills its writer, and
+writers queue behind each other (WAL: readers never wait). The schema is versioned (PRAGMA user_version) and
+migrated forward when a newer gpucheck opens the file; a file made by a newer gpucheck, or that is not ours
+(PRAGMA application_id), is refused. Names that repeat in every run (figure names, checks, versions, GPU
+identities) are kept once and referred to by number: a year of daily runs of 1,000 8-GPU nodes stays small."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+import zlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..files import state_dir
+from .records import Run
+
+APPLICATION_ID = 0x67706368  # "gpch": this file is a gpucheck history store
+BUSY_S = 120.0  # how long a writer waits for another one's transaction before giving up
+ENV = "GPUCHECK_HISTORY"  # where the store is when --history is not given
+
+# MIGRATIONS[i] takes a store from schema version i to i + 1. Never edit one that has shipped: add the next.
+MIGRATIONS: tuple[tuple[str, ...], ...] = ((
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('node', 'cluster')),
+        started TEXT NOT NULL,
+        recorded TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+        source TEXT NOT NULL,
+        digest TEXT NOT NULL UNIQUE,
+        exit_code INTEGER,
+        gpucheck_version TEXT,
+        complete INTEGER NOT NULL)""",
+    """CREATE TABLE node_runs (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        node TEXT NOT NULL,
+        started TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        profile TEXT,
+        report BLOB)""",
+    "CREATE INDEX node_runs_by_node ON node_runs (node, started)",
+    "CREATE INDEX node_runs_by_run ON node_runs (run_id)",
+    """CREATE TABLE gpu_ids (
+        id INTEGER PRIMARY KEY, uuid TEXT, pci_bus_id TEXT, name TEXT,
+        UNIQUE (uuid, pci_bus_id, name))""",
+    """CREATE TABLE gpus (
+        node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE,
+        gpu INTEGER NOT NULL,
+        gpu_id INTEGER NOT NULL REFERENCES gpu_ids (id),
+        PRIMARY KEY (node_run_id, gpu)) WITHOUT ROWID""",
+    "CREATE INDEX gpus_by_id ON gpus (gpu_id)",
+    "CREATE TABLE checks (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+    """CREATE TABLE results (
+        node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE,
+        check_id INTEGER NOT NULL REFERENCES checks (id),
+        status TEXT NOT NULL,
+        reason TEXT,
+        PRIMARY KEY (node_run_id, check_id)) WITHOUT ROWID""",
+    """CREATE TABLE names (
+        id INTEGER PRIMARY KEY, check_name TEXT NOT NULL, figure TEXT NOT NULL, unit TEXT NOT NULL,
+        UNIQUE (check_name, figure))""",
+    """CREATE TABLE figures (
+        node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE,
+        name_id INTEGER NOT NULL REFERENCES names (id),
+        gpu INTEGER NOT NULL,
+        value REAL NOT NULL,
+        PRIMARY KEY (node_run_id, name_id, gpu)) WITHOUT ROWID""",
+    """CREATE TABLE version_ids (
+        id INTEGER PRIMARY KEY, what TEXT NOT NULL, version TEXT NOT NULL, UNIQUE (what, version))""",
+    """CREATE TABLE versions (
+        node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE,
+        version_id INTEGER NOT NULL REFERENCES version_ids (id),
+        PRIMARY KEY (node_run_id, version_id)) WITHOUT ROWID""",
+),)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class HistoryError(Exception):
+    """The store cannot be used (not ours, newer, unreadable): one line for the user."""
+
+
+def default_path(environ: Mapping[str, str] | None = None) -> Path:
+    """$GPUCHECK_HISTORY, else <state directory>/history.sqlite (files.state_dir)."""
+    env = os.environ if environ is None else environ
+    return Path(env[ENV]) if env.get(ENV) else state_dir(env) / "history.sqlite"
+
+
+class Store:
+    """An open history store. Use as a context manager, or close()."""
+
+    def __init__(self, path: Path, create: bool = True):
+        self.path = path
+        if not create and not path.exists():
+            raise HistoryError(f"no history store at {path} (`gpucheck history import` or `gpucheck cluster` makes "
+                               "one)")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(path, timeout=BUSY_S, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise HistoryError(f"cannot open the history store {path}: {exc}") from None
+        self.ids: dict[tuple[str, tuple], int] = {}  # interned names of committed transactions
+        try:
+            self.wal()
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: a power cut may lose the last run, never corrupt
+            self.migrate()
+        except sqlite3.OperationalError as exc:
+            self.db.close()
+            raise HistoryError(f"cannot use the history store {path}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise HistoryError(f"{path}: not a gpucheck history store ({exc})") from None
+        except HistoryError:
+            self.db.close()
+            raise
+
+    def wal(self) -> None:
+        """WAL mode, which the file keeps. Switching takes the file to itself and SQLite does not wait for that
+        (no busy handler): another process opening the new store at the same moment is waited for here."""
+        deadline = time.monotonic() + BUSY_S
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        known = dict(self.ids)
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            self.ids = known  # ids handed out in the rolled-back transaction do not exist
+            raise
+        self.db.execute("COMMIT")
+
+    def migrate(self) -> None:
+        """Brings the file to this schema. A store already there is only read: a reader never waits for a writer."""
+        header = (self.db.execute("PRAGMA application_id").fetchone()[0],
+                  self.db.execute("PRAGMA user_version").fetchone()[0])
+        if header == (APPLICATION_ID, SCHEMA_VERSION):
+            return
+        with self.transaction() as db:  # checked again: another process may have migrated it meanwhile
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            app = db.execute("PRAGMA application_id").fetchone()[0]
+            tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if app != APPLICATION_ID and (app or tables):
+                raise HistoryError(f"{self.path}: an SQLite file that is not a gpucheck history store")
+            if version > SCHEMA_VERSION:
+                raise HistoryError(f"{self.path}: made by a newer gpucheck (schema {version}; this one knows up to "
+                                   f"{SCHEMA_VERSION}): use that gpucheck")
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    db.execute(statement)
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def intern(self, table: str, columns: tuple[str, ...], values: tuple) -> int:
+        key = (table, values)
+        if key not in self.ids:
+            where = " AND ".join(f"{c} IS ?" for c in columns)
+            row = self.db.execute(f"SELECT id FROM {table} WHERE {where}", values).fetchone()
+            if row is None:
+                marks = ", ".join("?" for _ in columns)
+                row = (self.db.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",
+                                       values).lastrowid,)
+            self.ids[key] = row[0]
+        return self.ids[key]
+
+    def record(self, run: Run, source: str) -> tuple[int, bool]:
+        """(run id, True) once the run is kept; (its id, False) when the same report was recorded before."""
+        with self.transaction() as db:
+            row = db.execute("SELECT id FROM runs WHERE digest = ?", (run.digest,)).fetchone()
+            if row:
+                return row[0], False
+            run_id = db.execute(
+                "INSERT INTO runs (kind, started, source, digest, exit_code, gpucheck_version, complete) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", (run.kind, run.started, source, run.digest, run.exit_code,
+                                                 run.gpucheck_version, int(run.complete))).lastrowid
+            for part in run.nodes:
+                blob = None if part.report is None else zlib.compress(json.dumps(part.report, default=str).encode())
+                node_run = db.execute(
+                    "INSERT INTO node_runs (run_id, node, started, status, reason, profile, report) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, part.node, run.started, part.status, part.reason, part.profile, blob)).lastrowid
+                db.executemany("INSERT OR REPLACE INTO gpus VALUES (?, ?, ?)", [
+                    (node_run, index, self.intern("gpu_ids", ("uuid", "pci_bus_id", "name"), (uuid, bus, name)))
+                    for index, uuid, bus, name in part.gpus])
+                db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?)", [
+                    (node_run, self.intern("checks", ("name",), (check,)), status, reason)
+                    for check, status, reason in part.results])
+                db.executemany("INSERT OR REPLACE INTO figures VALUES (?, ?, ?, ?)", [
+                    (node_run, self.intern("names", ("check_name", "figure", "unit"), (check, name, unit)), gpu, value)
+                    for check, name, unit, gpu, value in part.figures])
+                db.executemany("INSERT OR IGNORE INTO versions VALUES (?, ?)", [
+                    (node_run, self.intern("version_ids", ("what", "version"), item))
+                    for item in sorted(part.versions.items())])
+            return run_id, True
+
+    def query(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
+        cursor = self.db.execute(sql, params)
+        columns = [c[0] for c in cursor.description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor]

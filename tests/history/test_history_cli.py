@@ -1,0 +1,113 @@
+"""`gpucheck history` as a user runs it (a separate process): import a folder of reports (twice: nothing new the
+second time), list the runs, show a node's and a GPU's figures over time, export them, and one line with exit 3
+for every kind of bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_store import UUID, cluster_report, node_report
+
+from support import run_gpucheck
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Path:
+    """A folder as users have them: node reports at three times (GPU0 slowing), a cluster report directory with
+    its nodes/ (whose node files must not be recorded twice), and a JSON file that is no report."""
+    folder = tmp_path / "reports"
+    for day, bf16 in ((1, 790.0), (2, 781.0), (3, 702.5)):
+        path = folder / f"node-{day}" / "gpu07.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(node_report("gpu07", f"2026-11-0{day}T03:00:00Z", bf16)))
+    cluster = folder / "gpucheck-report-20261104T030000Z"
+    (cluster / "nodes").mkdir(parents=True)
+    doc = cluster_report({"gpu07": node_report("gpu07", "2026-11-04T03:00:00Z", 700.0)}, "2026-11-04T03:00:00Z")
+    (cluster / "report.json").write_text(json.dumps(doc))
+    (cluster / "nodes" / "gpu07.json").write_text(json.dumps(doc["nodes"]["gpu07"]))
+    (folder / "summary.json").write_text(json.dumps({"nodes": 1}))
+    return folder
+
+
+def history(tmp_path: Path, *args: str):
+    return run_gpucheck(["history", *args, "--store", str(tmp_path / "h.sqlite")])
+
+
+def test_import_records_each_report_once_and_skips_what_is_not_one(tmp_path: Path, reports: Path) -> None:
+    first = history(tmp_path, "import", str(reports))
+    assert first.returncode == 0, first.stderr
+    assert "history: 4 run(s) recorded, 0 recorded before; 1 other JSON file(s) skipped" in first.stdout
+    assert "gpucheck-report-20261104T030000Z/report.json: run " in first.stdout and "/nodes/" not in first.stdout
+    again = history(tmp_path, "import", str(reports))
+    assert again.returncode == 0 and "history: 0 run(s) recorded, 4 recorded before" in again.stdout
+    runs = history(tmp_path, "runs", "--node", "gpu07")
+    lines = runs.stdout.splitlines()
+    assert lines[0].split()[:3] == ["run", "started", "(UTC)"] and len(lines) == 5, runs.stdout
+    assert lines[1].split()[1:8] == ["2026-11-04T03:00:00Z", "cluster", "2", "1", "0", "0", "1"]  # gpu07 + gpu99
+    since = history(tmp_path, "runs", "--since", "2026-11-03")
+    assert [ln.split()[1] for ln in since.stdout.splitlines()[1:]] == ["2026-11-04T03:00:00Z", "2026-11-03T03:00:00Z"]
+
+
+def test_show_a_node_and_a_gpu_over_their_last_runs(tmp_path: Path, reports: Path) -> None:
+    history(tmp_path, "import", str(reports))
+    shown = history(tmp_path, "show", "gpu07", "--check", "gpu.gemm", "--figure", "bf16", "--runs", "3")
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in shown.stdout.splitlines()[1:]}
+    assert rows["started"] == ["(UTC)", "2026-11-02T03:00", "2026-11-03T03:00", "2026-11-04T03:00"], shown.stdout
+    assert rows["verdict"] == ["pass", "pass", "pass"] and len(rows["run"]) == 3
+    assert rows["gpu.gemm"] == ["bf16_TFLOPS", "GPU0", "781", "702.5", "700"], shown.stdout
+    by_gpu = history(tmp_path, "show", UUID, "--check", "gpu.gemm", "--figure", "bf16")
+    assert by_gpu.stdout.splitlines()[0] == f"{UUID}: its last 4 run(s), oldest first"
+    bf16 = [line.split()[3:] for line in by_gpu.stdout.splitlines() if line.split()[:2] == ["gpu.gemm", "bf16_TFLOPS"]]
+    assert bf16 == [["790", "781", "702.5", "700"]], by_gpu.stdout
+
+
+def test_export_csv_and_json_carry_every_figure_with_its_unit_and_gpu(tmp_path: Path, reports: Path) -> None:
+    history(tmp_path, "import", str(reports))
+    done = history(tmp_path, "export", "--node", "gpu07")
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    bf16 = [r for r in rows if r["check"] == "gpu.gemm" and r["figure"] == "bf16_TFLOPS"]
+    assert [(r["started"], r["value"], r["unit"], r["gpu"], r["uuid"]) for r in bf16] == [
+        (f"2026-11-0{d}T03:00:00Z", v, "TFLOPS", "0", UUID) for d, v in
+        ((1, "790.0"), (2, "781.0"), (3, "702.5"), (4, "700.0"))]
+    out = tmp_path / "all.json"
+    written = history(tmp_path, "export", "--format", "json", "-o", str(out))
+    assert written.returncode == 0 and f"written to {out}" in written.stderr
+    doc = json.loads(out.read_text())
+    assert {r["node"] for r in doc} == {"gpu07", "(cluster)"} and len(doc) == len(rows) + 2  # busbw, nodes
+    assert next(r for r in doc if r["check"] == "gpu.count")["gpu"] is None
+
+
+@pytest.mark.parametrize("args, says", [
+    (["show", "gpu08"], "nothing recorded for node gpu08 in "),
+    (["runs", "--since", "last tuesday"], "'last tuesday' is neither Nd, Nh nor an ISO 8601 date or time"),
+    (["runs", "--limit", "0"], "--limit"),
+    (["import", "nowhere"], "nowhere: no such file or directory"),
+])
+def test_bad_input_is_one_line_and_exit_3(tmp_path: Path, reports: Path, args: list[str], says: str) -> None:
+    history(tmp_path, "import", str(reports / "node-1"))
+    done = history(tmp_path, *args)
+    assert done.returncode == 3 and says in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_named_file_that_is_no_report_fails_the_import_but_not_the_others(tmp_path: Path, reports: Path) -> None:
+    done = history(tmp_path, "import", str(reports / "summary.json"), str(reports / "node-1"))
+    assert done.returncode == 3 and "summary.json: not a gpucheck report" in done.stderr
+    assert "history: 1 run(s) recorded" in done.stdout
+
+
+def test_a_store_that_is_missing_or_not_ours_is_one_line(tmp_path: Path) -> None:
+    missing = history(tmp_path, "runs")
+    assert missing.returncode == 3 and "no history store at " in missing.stderr
+    assert not (tmp_path / "h.sqlite").exists()  # reading never creates one
+    with sqlite3.connect(tmp_path / "h.sqlite") as db:
+        db.execute("CREATE TABLE mine (x)")
+    foreign = history(tmp_path, "import", str(tmp_path))
+    assert foreign.returncode == 3 and "an SQLite file that is not a gpucheck history store" in foreign.stderr
+    assert len(foreign.stderr.strip().splitlines()) == 1
