@@ -116,6 +116,21 @@ def test_one_gpu_is_followed_by_its_uuid_across_nodes_and_runs(tmp_path: Path) -
             node="gpu07", check="gpu.gemm", figure="bf16", since="2026-11-02T00:00:00Z"))] == [781.0]
 
 
+def test_deleting_old_runs_as_docs_history_md_says_takes_everything_of_theirs(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    with Store(path) as store:
+        store.record(from_document(node_report("gpu07", "2025-11-01T03:00:00Z", status_of={"gpu.gemm": "fail"})), "a")
+        store.record(from_document(node_report("gpu07", "2026-11-01T03:00:00Z")), "b")
+        kept = store.db.execute("SELECT count(*) FROM figures").fetchone()[0] // 2
+    db = sqlite3.connect(path, isolation_level=None)  # as the sqlite3 shell would
+    db.executescript("PRAGMA foreign_keys=ON; DELETE FROM runs WHERE started < '2025-12-01'; VACUUM")
+    db.close()
+    with Store(path) as store:
+        assert [r["started"] for r in store.query("SELECT started FROM node_runs")] == ["2026-11-01T03:00:00Z"]
+        for table, count in (("figures", kept), ("results", len(H200_FULL["results"])), ("gpus", 1)):
+            assert store.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == count, table
+
+
 @pytest.mark.parametrize("doc, why", [
     ({"results": []}, "not a gpucheck report"),
     ({"results": [], "started": "yesterday", "host": "n"}, "not an ISO 8601 time"),
