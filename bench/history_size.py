@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime as dt
 import gzip
 import json
 import random
@@ -40,7 +41,8 @@ def jitter(value: object, rng: random.Random) -> object:
 def eight_gpu_report(base: dict, node: int, day: int, rng: random.Random, failing: bool) -> dict:
     doc = copy.deepcopy(base)
     doc["host"] = f"gpu{node:04d}"
-    doc["started"] = f"2026-{1 + day // 28:02d}-{1 + day % 28:02d}T03:{node // 60 % 60:02d}:{node % 60:02d}Z"
+    when = dt.datetime(2026, 1, 1, 3, tzinfo=dt.timezone.utc) + dt.timedelta(days=day, seconds=node)
+    doc["started"] = when.isoformat()
     doc["facts"]["gpus"] = [{"index": i, "uuid": f"GPU-{node:08x}-0000-4000-8000-{i:012x}",
                              "pci_bus_id": f"00000000:{0x18 + i * 0x10:02X}:00.0", "name": "NVIDIA H200"}
                             for i in range(GPUS)]

@@ -93,6 +93,10 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "scaling_efficiency_node_min": NUM,
         "scaling_efficiency_cluster_min": NUM,
     },
+    "history": {  # docs/history.md: each GPU against its own baseline and recent runs (gpucheck cluster)
+        "regression_drop_pct": NUM,
+        "regression_recent_runs": (int,),
+    },
     "libraries": {"required": (list,)},
     "frameworks": {
         "required": (list,),
@@ -141,6 +145,8 @@ RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("burnin", "memtest_coverage_min"): FRACTION,
     ("burnin", "burn_temperature_C_max"): (0, 150, True),  # no GPU runs above ~100 C; 150 is a typo's bound
     ("burnin", "dcgm_level"): (1, 4, False),  # dcgmi diag -r 1..4
+    ("history", "regression_drop_pct"): (0, 100, True),
+    ("history", "regression_recent_runs"): (1, 1000, False),
     ("training", "scaling_efficiency_node_min"): FRACTION,
     ("training", "scaling_efficiency_cluster_min"): FRACTION,
 }

@@ -108,6 +108,39 @@ def test_each_run_is_recorded_in_the_history_and_a_broken_store_changes_no_verdi
                                      "(file is not a database)"), broken.stderr
 
 
+def test_a_gpu_slower_than_its_baseline_warns_naming_it_though_every_floor_passes(sshd: LoopbackSshd,
+                                                                                    tmp_path: Path) -> None:
+    """Stage `history`: the first passing run with GPU figures is each node's baseline; a later run where node02's
+    GPU3 is 10 % slower (every node check still passing) warns, naming node02, GPU3 by its UUID, and both figures."""
+    def report(host: str, gpu3_bf16: float) -> dict:
+        doc = node_report(host, measured={"gpu.gemm": {f"GPU{i}": {"bf16_TFLOPS": 790.0 if i != 3 else gpu3_bf16}
+                                                       for i in range(8)}})
+        doc["facts"]["gpus"] = [{"index": i, "uuid": f"GPU-{host}-{i}", "pci_bus_id": f"00000000:{i + 16:02X}:00.0",
+                                 "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]
+        return doc
+
+    from gpucheck.history.records import utc
+
+    hosts = {"node01": {"ansible_port": sshd.ports[0]}, "node02": {"ansible_port": sshd.ports[1]}}
+    store, stages = tmp_path / "history.sqlite", ("--stages", "consistency,history", "--history")
+    sshd.report(sshd.ports[0], report("node01", 790.0))
+    sshd.report(sshd.ports[1], report("node02", 788.0))
+    first, report_dir, _ = cluster(sshd, tmp_path, hosts, *stages, str(store))
+    first_doc = load_report(report_dir)
+    began = utc(first_doc["started"])  # a node's run in a cluster run is dated by the cluster run
+    check = next(r for r in first_doc["cluster"] if r["check"] == "cluster.history.regression")
+    assert first.returncode == 0 and check["status"] == "skip" and "no history yet" in check["reason"], first.stdout
+    sshd.report(sshd.ports[1], report("node02", 711.0))
+    second, report_dir, _ = cluster(sshd, tmp_path, hosts, *stages, str(store))
+    doc = load_report(report_dir)
+    check = next(r for r in doc["cluster"] if r["check"] == "cluster.history.regression")
+    assert second.returncode == 1 and check["status"] == "warn", second.stdout + second.stderr
+    assert check["nodes"] == {"node02": f"GPU3 (GPU-node02-3) gpu.gemm bf16_TFLOPS 711 TFLOPS: baseline 788 ({began})"
+                                        " -9.8 %"}
+    assert doc["nodes"]["node02"]["status"] == "warn" and doc["nodes"]["node01"]["status"] == "pass"
+    assert all(r["status"] == "pass" for r in doc["nodes"]["node02"]["report"]["results"])  # every floor passes
+
+
 def test_unreachable_node_is_a_result_and_the_rest_are_checked(sshd: LoopbackSshd, tmp_path: Path) -> None:
     hosts = healthy(sshd, 2)
     hosts["node03"] = {"ansible_port": free_port()}  # nothing listens there

@@ -83,11 +83,24 @@ def test_export_csv_and_json_carry_every_figure_with_its_unit_and_gpu(tmp_path: 
     assert next(r for r in doc if r["check"] == "gpu.count")["gpu"] is None
 
 
+def test_a_baseline_is_shown_and_set_by_hand(tmp_path: Path, reports: Path) -> None:
+    history(tmp_path, "import", str(reports))
+    first = history(tmp_path, "baseline", "gpu07").stdout.strip()
+    assert first.startswith("gpu07: baseline run #"), first
+    assert "of 2026-11-01T03:00:00Z (pass), its first passing run" in first
+    done = history(tmp_path, "baseline", "gpu07", "--set")
+    assert done.returncode == 0 and " of 2026-11-04T03:00:00Z (pass), set by `gpucheck history baseline --set`" in \
+        done.stdout, done.stdout
+    assert history(tmp_path, "baseline", "gpu99").stdout.startswith("gpu99: no baseline yet")
+
+
 @pytest.mark.parametrize("args, says", [
     (["show", "gpu08"], "nothing recorded for node gpu08 in "),
     (["runs", "--since", "last tuesday"], "'last tuesday' is neither Nd, Nh nor an ISO 8601 date or time"),
     (["runs", "--limit", "0"], "--limit"),
     (["import", "nowhere"], "nowhere: no such file or directory"),
+    (["baseline", "gpu08", "--set"], "no run of node gpu08 in "),
+    (["baseline", "gpu07", "--run", "1"], "--run needs --set"),
 ])
 def test_bad_input_is_one_line_and_exit_3(tmp_path: Path, reports: Path, args: list[str], says: str) -> None:
     history(tmp_path, "import", str(reports / "node-1"))

@@ -40,7 +40,8 @@ stages (in this order): consistency (versions agree), network (pair bandwidth, t
 mpi (one rank per node), allreduce (bus bandwidth across nodes), smoke (distributed training and
 scaling efficiency), training (ResNet-50 images/s per GPU at 1 GPU, on every node and across all, against
 the fleet median, the GPU's published figure and the profile's scaling minimums: docs/training.md; on CPU
-ranks only when named in --stages), stragglers (nodes below the fleet median).
+ranks only when named in --stages), stragglers (nodes below the fleet median), history (each GPU against its
+own baseline and recent runs in the history store: docs/history.md).
 
 inventory: host names are one word (no whitespace or control character: drain.txt is one `node reason`
 line per node, for `while read n r; do scontrol update nodename=$n ...`); a --pattern or --limit part
@@ -202,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
                       allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min,
                       stages_asked=args.stages or (), train_width=args.train_width,
                       train_image_size=args.train_image_size, train_batch_size=args.train_batch_size,
-                      train_iterations=args.train_iterations, drain=args.drain, launcher=args.launcher)
+                      train_iterations=args.train_iterations, drain=args.drain, launcher=args.launcher,
+                      history=args.history, no_history=args.no_history)
     try:
         fanout.build_command(options)
     except ValueError as exc:
@@ -275,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as error:
                 return fail(f"cannot write the report in {directory}: {error.strerror or error}")
             sys.stdout.write(for_terminal(report.render_summary(doc, directory), newlines=True))
-            remember(doc, directory, args)
+            remember(doc, directory, options)
             print("gpucheck: terminated (SIGTERM)" if isinstance(exc, Terminated) else "gpucheck: interrupted",
                   file=sys.stderr)
             return EXIT_UNKNOWN
@@ -297,15 +299,15 @@ def run(args: argparse.Namespace) -> int:
         if error:
             print(f"gpucheck: slurm: {error}", file=sys.stderr)
             code = code if code == EXIT_FAIL else EXIT_UNKNOWN  # a failure still outranks it
-    remember(doc, directory, args)
+    remember(doc, directory, options)
     return code
 
 
-def remember(doc: dict[str, Any], directory: Path, args: argparse.Namespace) -> None:
+def remember(doc: dict[str, Any], directory: Path, options: Options) -> None:
     """The run as report.json has it, into the history store (never changes the exit code)."""
-    if args.no_history:
+    if options.no_history:
         return
     from ..history.recording import record_run
 
-    recorded, said = record_run(doc, directory / "report.json", args.history)
+    recorded, said = record_run(doc, directory / "report.json", options.history)
     print(said, file=sys.stdout if recorded else sys.stderr)

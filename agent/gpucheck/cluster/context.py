@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..model import Result, Status
@@ -81,6 +82,8 @@ class Options:
     train_iterations: int = 5
     drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm/drain.py)
     launcher: str = "ssh"  # ssh | slurm: how node checks and jobs start (slurm/fanout.py, slurm/jobs.py)
+    history: Path | None = None  # the history store (None: history.store.default_path())
+    no_history: bool = False  # neither compare with the history nor record the run in it
 
     def agent_argv(self) -> list[str]:
         """The agent's command on the nodes (--remote-command) as argv."""

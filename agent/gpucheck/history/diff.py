@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,7 +85,8 @@ def figures(report: dict) -> dict[str, float]:
 
 
 def is_rate(name: str) -> bool:
-    tokens = name.split("_")
+    """A figure where more is better, by its name: `bf16_TFLOPS`, `gpu.burn TFLOPS_median`, `images_per_s`."""
+    tokens = re.split(r"[_ .]", name)
     return any(unit in tokens for unit in RATE_UNITS) or name.endswith("_per_s")
 
 

@@ -38,6 +38,7 @@ examples:
   gpucheck history runs --node node07                          the runs that checked node07, newest first
   gpucheck history show node07 --check gpu.gemm                its GEMM figures per GPU over its last runs
   gpucheck history show GPU-5d3c... --runs 20                  one GPU's figures, wherever it was
+  gpucheck history baseline node07 --set                       after a repair: its latest run is the new baseline
   gpucheck history export --format csv --since 30d -o figures.csv
 """
 
@@ -78,6 +79,14 @@ def add_parser(sub: Any) -> None:
     show.add_argument("--check", metavar="ID", help="only this check's figures (gpu.gemm, gpu.burn, ...)")
     show.add_argument("--figure", metavar="TEXT", help="only figures whose name holds TEXT (bf16, GBps, ...)")
     show.add_argument("--runs", type=count, default=8, metavar="N", help="its last N runs (default: %(default)s)")
+    base = verbs.add_parser("baseline", parents=[common], help="show or set a node's baseline",
+                            description="A node's baseline is the run its GPUs are compared with (gpucheck cluster's "
+                                        "history stage): its first passing run with GPU figures (a --full run) "
+                                        "until one is set. Set it after a repair or an upgrade that is meant to "
+                                        "change the figures.")
+    base.add_argument("node", metavar="NODE")
+    base.add_argument("--set", action="store_true", help="make its latest run (or --run's) the baseline")
+    base.add_argument("--run", type=count, metavar="N", help="with --set: the run (as `runs` lists it) to take")
     export = verbs.add_parser("export", parents=[common], help="every figure as rows: CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv", help="(default: %(default)s)")
     export.add_argument("--node", help="only this node's figures")
@@ -96,7 +105,8 @@ def open_store(args: argparse.Namespace, create: bool) -> Store:
 
 def run(args: argparse.Namespace) -> int:
     with open_store(args, create=args.verb == "import") as store:
-        return {"import": do_import, "runs": do_runs, "show": do_show, "export": do_export}[args.verb](store, args)
+        return {"import": do_import, "runs": do_runs, "show": do_show, "baseline": do_baseline,
+                "export": do_export}[args.verb](store, args)
 
 
 def do_import(store: Store, args: argparse.Namespace) -> int:
@@ -153,6 +163,26 @@ def render_series(target: str, node_runs: list[dict], found: dict[tuple, dict[in
              + ("" if found else " (no figure matches)")]
     lines += [f"  {name:<{width}}" + "".join(f"{c:>{column}}" for c in cells) for name, cells in rows]
     return "\n".join(lines) + "\n"
+
+
+def do_baseline(store: Store, args: argparse.Namespace) -> int:
+    if args.run and not args.set:
+        fail("--run needs --set (without it, the baseline is shown)")
+    if args.set:
+        where, params = ("AND run_id = ?", (args.node, args.run)) if args.run else ("", (args.node,))
+        rows = store.query(f"SELECT id FROM node_runs WHERE node = ? {where} ORDER BY started DESC, id DESC LIMIT 1",
+                           params)
+        if not rows:
+            fail(f"no run of node {args.node}" + (f" in run {args.run}" if args.run else "") + f" in {store.path}")
+        store.set_baseline(args.node, rows[0]["id"], "set by `gpucheck history baseline --set`")
+    rows = store.query("""SELECT nr.run_id AS run, nr.started, nr.status, b.since, b.how FROM baselines b
+                          JOIN node_runs nr ON nr.id = b.node_run_id WHERE b.node = ?""", (args.node,))
+    if not rows:
+        print(f"{args.node}: no baseline yet (its first passing `gpucheck node --full` run will be)")
+        return EXIT_OK
+    b = rows[0]
+    print(f"{args.node}: baseline run #{b['run']} of {b['started']} ({b['status']}), {b['how']}, since {b['since']}")
+    return EXIT_OK
 
 
 def do_export(store: Store, args: argparse.Namespace) -> int:

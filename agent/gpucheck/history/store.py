@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ..files import state_dir
-from .records import Run
+from .diff import is_rate
+from .records import CLUSTER, Run
 
 APPLICATION_ID = 0x67706368  # "gpch": this file is a gpucheck history store
 BUSY_S = 120.0  # how long a writer waits for another one's transaction before giving up
 ENV = "GPUCHECK_HISTORY"  # where the store is when --history is not given
+# A node's baseline until one is set: its first run that passed (or only warned) with GPU figures (a --full run)
+FIRST_BASELINE = "its first passing run with GPU figures"
 
 # MIGRATIONS[i] takes a store from schema version i to i + 1. Never edit one that has shipped: add the next.
 MIGRATIONS: tuple[tuple[str, ...], ...] = ((
@@ -79,6 +82,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
         node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE,
         version_id INTEGER NOT NULL REFERENCES version_ids (id),
         PRIMARY KEY (node_run_id, version_id)) WITHOUT ROWID""",
+    """CREATE TABLE baselines (
+        node TEXT PRIMARY KEY,
+        node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE,
+        since TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+        how TEXT NOT NULL)""",
 ),)
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -217,7 +225,20 @@ class Store:
                 db.executemany("INSERT OR IGNORE INTO versions VALUES (?, ?)", [
                     (node_run, self.intern("version_ids", ("what", "version"), item))
                     for item in sorted(part.versions.items())])
+                if part.node != CLUSTER and part.status in ("pass", "warn") and any(
+                        is_rate(f"{check} {name}") for check, name, *_ in part.figures):
+                    # the earliest such run, whatever order reports are imported in; never over one set by hand
+                    db.execute("""INSERT INTO baselines (node, node_run_id, how) VALUES (?, ?, ?)
+                                  ON CONFLICT (node) DO UPDATE SET node_run_id = excluded.node_run_id
+                                  WHERE baselines.how = excluded.how AND ? < (
+                                      SELECT started FROM node_runs WHERE id = baselines.node_run_id)""",
+                               (part.node, node_run, FIRST_BASELINE, run.started))
             return run_id, True
+
+    def set_baseline(self, node: str, node_run: int, how: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO baselines (node, node_run_id, how) VALUES (?, ?, ?)",
+                       (node, node_run, how))
 
     def query(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
         cursor = self.db.execute(sql, params)

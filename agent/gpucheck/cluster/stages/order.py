@@ -66,6 +66,13 @@ def stragglers(ctx: ClusterContext) -> list[Result]:
     return list(find(figures, ctx.options.straggler_fraction))
 
 
+def history(ctx: ClusterContext) -> list[Result]:
+    """Each node against its own past in the history store: a GPU slower than its baseline, counters rising."""
+    from .history import history_stage
+
+    return history_stage(ctx)
+
+
 STAGES: list[tuple[str, Stage]] = [
     ("consistency", consistency),
     ("network", network),
@@ -74,6 +81,7 @@ STAGES: list[tuple[str, Stage]] = [
     ("smoke", smoke),
     ("training", training),
     ("stragglers", stragglers),
+    ("history", history),
 ]
 STAGE_NAMES = tuple(name for name, _ in STAGES)
 
