@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "agent"))
 
+from gpucheck.history import queries  # noqa: E402
 from gpucheck.history.records import from_document  # noqa: E402
+from gpucheck.history.regression import compare  # noqa: E402
 from gpucheck.history.store import Store  # noqa: E402
 
 MEASURED = ROOT / "tests" / "fixtures" / "measured" / "h200-141gb-driver580" / "gpucheck-node-full-burn20-generic.json"
@@ -57,6 +59,21 @@ def eight_gpu_report(base: dict, node: int, day: int, rng: random.Random, failin
     return doc
 
 
+def reading(store: Store, base: dict, rng: random.Random, nodes: int, days: int) -> dict[str, float]:
+    """Milliseconds of what users and `gpucheck cluster` read: the run list, one node's last 8 runs, and the
+    history stage's comparison of one node's new run (the mean over every node)."""
+    def timed(fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1000
+
+    node = queries.Selection(node="gpu0000")
+    new_runs = [from_document(eight_gpu_report(base, n, days, rng, failing=False)).nodes[0] for n in range(nodes)]
+    return {"runs (50)": timed(lambda: queries.runs(store)),
+            "show (8 runs)": timed(lambda: queries.series(store, node, queries.recent_node_runs(store, node, 8))),
+            "a node's regression check": timed(lambda: [compare(store, part) for part in new_runs]) / nodes}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100)
@@ -79,8 +96,9 @@ def main() -> int:
                     store.record(run, f"day{day}/gpu{node:04d}.json")
                     record_s += time.perf_counter() - t0
             store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        total_s = time.perf_counter() - began
-        size = path.stat().st_size
+            total_s = time.perf_counter() - began
+            size = path.stat().st_size
+            reads = reading(store, base, rng, args.nodes, args.days)
     node_runs = args.nodes * args.days
     per_run = size / node_runs
     print(f"history store: {node_runs} node runs ({args.nodes} nodes x {args.days} days, {GPUS} GPUs each, "
@@ -88,6 +106,7 @@ def main() -> int:
     print(f"  same reports as gzip'd JSON files: {gz_bytes / 2**20:.1f} MiB ({gz_bytes / node_runs / 1024:.2f} KiB a "
           f"run); store / files = {size / gz_bytes:.2f}")
     print(f"  recording: {record_s / node_runs * 1000:.2f} ms a node run ({total_s:.0f} s in all, with making them)")
+    print("  reading it: " + ", ".join(f"{what} {ms:.1f} ms" for what, ms in reads.items()))
     print(f"  1,000 nodes x 365 days = {FLEET_NODE_RUNS:,} node runs: {per_run * FLEET_NODE_RUNS / 2**30:.2f} GiB "
           f"(files: {gz_bytes / node_runs * FLEET_NODE_RUNS / 2**30:.2f} GiB)")
     return 0

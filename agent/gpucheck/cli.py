@@ -188,6 +188,7 @@ def replace_stale_output(args: argparse.Namespace, why: str) -> None:
 
 
 def node_report(args: argparse.Namespace) -> int:
+    from .node import kept_reports
     from .node.kernel_log import remember_clean_run
     from .node.pipeline import Options, UsageError, all_checks, run_node
     from .report.node import render
@@ -212,6 +213,9 @@ def node_report(args: argparse.Namespace) -> int:
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))
     if note := remember_clean_run(report.results):  # the next run's Xid window starts where this one read to
+        print(f"gpucheck: note: {note}", file=sys.stderr)
+    active = any(c.active for c in all_checks() if c.id in {r.check for r in report.results})  # --full, --only
+    if note := kept_reports.keep(report, render(report, "json"), active):  # the history's copy on the node
         print(f"gpucheck: note: {note}", file=sys.stderr)
     # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk)
     code = tell_slurm(args.slurm_node, report) if args.slurm else report.exit_code

@@ -26,7 +26,7 @@ KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """$XDG_STATE_HOME/gpucheck, ~/.local/state/gpucheck where XDG_STATE_HOME is unset or not absolute (the XDG
     base directory rule): where reports and the history store go by default. Never the current directory: that is
     often a checkout, where a report is easily committed by accident. RuntimeError when there is no home either."""

@@ -44,20 +44,21 @@ def runs(store: Store, node: str | None = None, since: str | None = None, limit:
     """The runs, newest first, with how many nodes each had of each verdict (the cluster's own checks apart)."""
     terms, params = ["1"], []
     if node is not None:
-        terms.append("r.id IN (SELECT run_id FROM node_runs WHERE node = ?)")
+        terms.append("id IN (SELECT run_id FROM node_runs WHERE node = ?)")
         params.append(node)
     if since is not None:
-        terms.append("r.started >= ?")
+        terms.append("started >= ?")
         params.append(since)
     params.append(-1 if limit is None else limit)
+    # the runs first (runs_by_started), then the counts of those only
     return store.query(f"""
         SELECT r.id AS run, r.kind, r.started, r.source, r.exit_code, r.complete,
                count(nr.id) AS nodes, coalesce(sum(nr.status = 'pass'), 0) AS pass,
                coalesce(sum(nr.status = 'warn'), 0) AS warn, coalesce(sum(nr.status = 'fail'), 0) AS fail,
                coalesce(sum(nr.status NOT IN ('pass', 'warn', 'fail')), 0) AS other
-        FROM runs r LEFT JOIN node_runs nr ON nr.run_id = r.id AND nr.node != ?
-        WHERE {" AND ".join(terms)}
-        GROUP BY r.id ORDER BY r.started DESC, r.id DESC LIMIT ?""", (CLUSTER, *params))
+        FROM (SELECT * FROM runs WHERE {" AND ".join(terms)} ORDER BY started DESC, id DESC LIMIT ?) r
+        LEFT JOIN node_runs nr ON nr.run_id = r.id AND nr.node != ?
+        GROUP BY r.id ORDER BY r.started DESC, r.id DESC""", (*params, CLUSTER))
 
 
 def figure_rows(store: Store, selection: Selection, limit: int | None = None) -> list[dict]:

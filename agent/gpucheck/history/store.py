@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..files import state_dir
+from ..files import user_state_dir
 from .diff import is_rate
 from .records import CLUSTER, Run
 
@@ -49,6 +49,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
         reason TEXT,
         profile TEXT,
         report BLOB)""",
+    "CREATE INDEX runs_by_started ON runs (started)",
     "CREATE INDEX node_runs_by_node ON node_runs (node, started)",
     "CREATE INDEX node_runs_by_run ON node_runs (run_id)",
     """CREATE TABLE gpu_ids (
@@ -96,9 +97,9 @@ class HistoryError(Exception):
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
-    """$GPUCHECK_HISTORY, else <state directory>/history.sqlite (files.state_dir)."""
+    """$GPUCHECK_HISTORY, else <state directory>/history.sqlite (files.user_state_dir)."""
     env = os.environ if environ is None else environ
-    return Path(env[ENV]) if env.get(ENV) else state_dir(env) / "history.sqlite"
+    return Path(env[ENV]) if env.get(ENV) else user_state_dir(env) / "history.sqlite"
 
 
 class Store:

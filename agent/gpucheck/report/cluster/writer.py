@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...files import state_dir, write_atomically
+from ...files import user_state_dir, write_atomically
 from .drain import render_drain
 from .html import render_html
 from .json import render_json
@@ -29,9 +29,9 @@ NAME_MAX = 100  # of the readable part of a node's file name (file systems allow
 
 
 def default_dir(now: dt.datetime | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """<state directory>/reports/gpucheck-report-<UTC time>/ (files.state_dir). RuntimeError without a home."""
+    """<state directory>/reports/gpucheck-report-<UTC time>/ (files.user_state_dir). RuntimeError without a home."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    return state_dir(environ) / "reports" / f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    return user_state_dir(environ) / "reports" / f"gpucheck-report-{now.strftime('%Y%m%dT%H%M%SZ')}"
 
 
 def safe_name(host: str) -> str:

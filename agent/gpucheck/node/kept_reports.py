@@ -1,0 +1,71 @@
+"""The node's own last reports, <state dir>/reports/ (docs/history.md): each `gpucheck node` run's JSON report, so
+what Slurm's health check saw between two cluster runs is not lost (`gpucheck history import` reads the folder).
+Kept: every report that did not pass, every one that ran active checks (--full: the figures a GPU is followed by),
+and the latest passive pass (a health check every 5 minutes would otherwise fill the folder with passes); at most
+KEEP_MAX files, the oldest going first. Never raises: keeping a copy never costs a run."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import os
+import re
+from pathlib import Path
+
+from ..files import write_atomically
+from ..model import Report
+from .kernel_log import state_dir
+
+KEEP_MAX = 500  # ~25 MB of 8-GPU full reports; a few days of failing health checks every 5 minutes
+NAME = re.compile(r"(\d{8}T\d{6}Z)(?:\.(\d+))?-(pass|warn|fail|error|skip)(-full)?\.json")
+STATUS_OF_EXIT = ("pass", "warn", "fail", "error")
+
+
+def folder() -> Path:
+    return state_dir() / "reports"
+
+
+def file_name(report: Report, active: bool, taken: set[str]) -> str:
+    try:
+        when = dt.datetime.fromisoformat(report.started).astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    except (TypeError, ValueError):
+        when = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    status = STATUS_OF_EXIT[report.exit_code] if 0 <= report.exit_code < len(STATUS_OF_EXIT) else "error"
+    suffix = f"-{status}{'-full' if active else ''}.json"
+    name, n = f"{when}{suffix}", 1
+    while name in taken:  # two runs in one second
+        n += 1
+        name = f"{when}.{n}{suffix}"
+    return name
+
+
+def prune(directory: Path) -> None:
+    """Every passive pass but the newest, then the oldest beyond KEEP_MAX."""
+    kept = sorted((m.group(1), int(m.group(2) or 1), m.group(3), bool(m.group(4)), p.name)
+                  for p in directory.iterdir() if (m := NAME.fullmatch(p.name)))
+    passes = [k for k in kept if k[2] == "pass" and not k[3]]
+    doomed = {k[4] for k in passes[:-1]}
+    rest = [k for k in kept if k[4] not in doomed]
+    doomed |= {k[4] for k in rest[:max(0, len(rest) - KEEP_MAX)]}
+    for name in doomed:
+        with contextlib.suppress(FileNotFoundError):  # another run pruned it first
+            (directory / name).unlink()
+
+
+def keep(report: Report, text: str, active: bool) -> str | None:
+    """Keep `text` (the report as JSON); a one-line note when it could not be kept, None otherwise. Not being
+    allowed to write there (a user's run without root) is no news: None."""
+    directory = folder()
+    try:
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except FileExistsError:  # a file where the directory must be
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
+        write_atomically(directory / file_name(report, active, set(os.listdir(directory))), text)
+        prune(directory)
+    except PermissionError:
+        return None
+    except OSError as exc:
+        return f"this report is not kept on the node: cannot write {directory} ({exc.strerror or exc})"
+    return None
