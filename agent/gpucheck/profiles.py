@@ -96,6 +96,8 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "history": {  # docs/history.md: each GPU against its own baseline and recent runs (gpucheck cluster)
         "regression_drop_pct": NUM,
         "regression_recent_runs": (int,),
+        "repeat_offender_failures": (int,),
+        "repeat_offender_days": (int,),
     },
     "libraries": {"required": (list,)},
     "frameworks": {
@@ -147,6 +149,8 @@ RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("burnin", "dcgm_level"): (1, 4, False),  # dcgmi diag -r 1..4
     ("history", "regression_drop_pct"): (0, 100, True),
     ("history", "regression_recent_runs"): (1, 1000, False),
+    ("history", "repeat_offender_failures"): (1, 1000, False),
+    ("history", "repeat_offender_days"): (1, 3650, False),
     ("training", "scaling_efficiency_node_min"): FRACTION,
     ("training", "scaling_efficiency_cluster_min"): FRACTION,
 }

@@ -141,6 +141,30 @@ def test_a_gpu_slower_than_its_baseline_warns_naming_it_though_every_floor_passe
     assert all(r["status"] == "pass" for r in doc["nodes"]["node02"]["report"]["results"])  # every floor passes
 
 
+def test_a_node_failing_a_third_time_in_a_month_is_named_a_repeat_offender(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    import datetime as dt
+
+    from gpucheck.history.records import from_document
+    from gpucheck.history.store import Store
+
+    store = tmp_path / "history.sqlite"
+    now = dt.datetime.now(dt.timezone.utc)
+    with Store(store) as history:  # its past: failed 20 days ago, passed, failed 6 days ago, passed
+        for days_ago, fail in ((20, {"gpu.ecc_errors": "GPU3: 2 uncorrected"}), (12, None),
+                               (6, {"gpu.memtest": "GPU3: 5 bad words"}), (3, None)):
+            doc = node_report("node02", fail=fail)
+            doc["started"] = (now - dt.timedelta(days=days_ago)).isoformat(timespec="seconds")
+            history.record(from_document(doc), f"{days_ago} days ago")
+    hosts = healthy(sshd, 2)
+    sshd.report(sshd.ports[1], node_report("node02", fail={"gpu.ecc_errors": "GPU3: 12 uncorrected volatile errors"}))
+    done, report, _ = cluster(sshd, tmp_path, hosts, "--stages", "consistency,history", "--history", str(store))
+    check = next(r for r in load_report(report)["cluster"] if r["check"] == "cluster.history.repeat_offender")
+    assert done.returncode == 2 and check["status"] == "warn", done.stdout + done.stderr
+    day = lambda n: (now - dt.timedelta(days=n)).strftime("%Y-%m-%d")  # noqa: E731
+    assert check["nodes"] == {"node02": f"repeat offender: failed 3 times in 30 days: {day(20)} (gpu.ecc_errors), "
+                                        f"{day(6)} (gpu.memtest), {day(0)} (gpu.ecc_errors)"}
+
+
 def test_unreachable_node_is_a_result_and_the_rest_are_checked(sshd: LoopbackSshd, tmp_path: Path) -> None:
     hosts = healthy(sshd, 2)
     hosts["node03"] = {"ansible_port": free_port()}  # nothing listens there

@@ -66,7 +66,8 @@ def test_a_node_report_keeps_its_verdicts_figures_units_versions_and_gpu_identit
             785.9, "TFLOPS", UUID, "gpu07", "2026-11-20T03:00:00Z")
         assert rows[("gpu.burn", "temperature_C_max", 0)]["unit"] == "C"
         assert rows[("gpu.count", "", NODE_GPU)]["value"] == 1.0
-        assert ("gpu.sdc", "", 0) not in rows  # a skipped check measured nothing
+        assert ("gpu.sdc", "checksum", 0) not in rows  # a checksum is no figure
+        assert rows[("host.memory", "ram_GiB", NODE_GPU)]["value"] == 125.9  # a skip's measured values are kept
         versions = dict(store.db.execute("SELECT what, version FROM version_ids").fetchall())
         assert versions["driver"] == "580.159.04" and versions["nccl (system)"] == "2.28.3"
         verdicts = dict(store.db.execute("SELECT c.name, r.status FROM results r JOIN checks c ON c.id = r.check_id"))

@@ -20,7 +20,9 @@ GPU_KEY = re.compile(r"GPU(\d{1,4})")  # how a report names one GPU in a check's
 # name tokens that say a figure's unit (gpu.burn TFLOPS_median: TFLOPS; temperature_C_max: C), last one first
 UNITS = ("TFLOPS", "GBps", "Gbps", "MBps", "MHz", "GiB", "MiB", "W", "C", "s", "ms", "pct")
 STATUS_OF_EXIT = {0: "pass", 1: "warn", 2: "fail", 3: "error"}
-MEASURED = ("pass", "warn", "fail")  # a skipped check or one that errored measured nothing to keep
+# whose measured values are measurements: a skip may be "measured, not judged" (a GPU the SKU table does not know);
+# an error's are what was read before the check could not go on
+MEASURED = ("pass", "warn", "fail", "skip")
 
 
 class NotAReport(ValueError):

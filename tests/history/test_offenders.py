@@ -1,0 +1,63 @@
+"""Repeat offenders (history/offenders.py): a failure seen by many runs in a row is one failure; a node is named
+when it failed N separate times within M days, this run included; `gpucheck history offenders` lists them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from test_store import node_report
+
+from gpucheck.history.offenders import Failure, failures_of, offenders, repeat_failures
+from gpucheck.history.records import from_document
+from gpucheck.history.store import Store
+from support import run_gpucheck
+
+NOW = dt.datetime(2026, 11, 27, 12, tzinfo=dt.timezone.utc)
+
+
+def day(n: int) -> str:
+    return (NOW - dt.timedelta(days=n)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def record(store: Store, host: str, days_ago: int, failing: str | None) -> None:
+    doc = node_report(host, day(days_ago), status_of={failing: "fail"} if failing else None)
+    store.record(from_document(doc), f"{host}-{days_ago}")
+
+
+def test_failing_runs_in_a_row_are_one_failure_and_an_error_breaks_nothing() -> None:
+    runs = [("1", "fail", "gpu.ecc_errors"), ("2", "fail", "gpu.ecc_errors"), ("3", "error", ""),
+            ("4", "fail", "gpu.ecc_errors"), ("5", "pass", ""), ("6", "fail", "gpu.memtest"), ("7", "warn", ""),
+            ("8", "fail", "gpu.xid")]
+    assert failures_of(runs) == [Failure("1", "gpu.ecc_errors"), Failure("6", "gpu.memtest"), Failure("8", "gpu.xid")]
+
+
+def test_the_third_failure_within_the_window_names_the_node(tmp_path: Path) -> None:
+    with Store(tmp_path / "h.sqlite") as store:
+        for days_ago, failing in ((40, "gpu.memtest"), (20, "gpu.ecc_errors"), (19, "gpu.ecc_errors"), (15, None),
+                                  (9, "gpu.row_remap"), (5, None)):
+            record(store, "gpu07", days_ago, failing)
+        now_failing = from_document(node_report("gpu07", day(0), status_of={"gpu.ecc_errors": "fail"})).nodes[0]
+        found = repeat_failures(store, now_failing, day(0), now=NOW)
+        assert [(f.started[:10], f.what) for f in found] == [
+            ("2026-11-07", "gpu.ecc_errors"), ("2026-11-18", "gpu.row_remap"), ("2026-11-27", "gpu.ecc_errors")]
+        passing = from_document(node_report("gpu07", day(0))).nodes[0]
+        assert repeat_failures(store, passing, day(0), now=NOW) == []  # two within 30 days: not yet
+        assert repeat_failures(store, now_failing, day(0), days=10, now=NOW) == []  # one in the last 10 days + now
+        assert list(offenders(store, failures=2, now=NOW)) == ["gpu07"]
+        assert offenders(store, now=NOW) == {}
+
+
+def test_the_offenders_command_lists_them(tmp_path: Path) -> None:
+    store_path = tmp_path / "h.sqlite"
+    now = dt.datetime.now(dt.timezone.utc)
+    with Store(store_path) as store:
+        for days_ago, failing in ((6, "gpu.xid"), (5, None), (2, "gpu.xid")):
+            doc = node_report("gpu09", (now - dt.timedelta(days=days_ago)).isoformat(),
+                              status_of={failing: "fail"} if failing else None)
+            store.record(from_document(doc), str(days_ago))
+    done = run_gpucheck(["history", "offenders", "--failures", "2", "--days", "7", "--store", str(store_path)])
+    assert done.returncode == 0 and done.stdout.startswith("gpu09: failed 2 times in 7 days: "), done.stdout
+    assert done.stdout.count("(gpu.xid)") == 2
+    none = run_gpucheck(["history", "offenders", "--store", str(store_path)])
+    assert none.stdout.startswith("no node failed 3 times in 30 days")
