@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucheck.node import kept_reports
 from support import REAL, by_check, report_of, run_gpucheck
 
 BOOT = "3f1c2a8e-0b7d-4c55-9d7e-5a1f0c2e9b41"
@@ -231,7 +232,9 @@ def test_the_state_is_written_only_after_a_pass(node):
     code, result, _ = node.run(QUIET)
     assert (code, result["status"], result["reason"]) == (0, "pass", "no Xid errors in the kernel log")
     assert json.loads(node.state.read_text()) == {"boot_id": BOOT, "read_to_s": 2.114, "source": "dmesg"}
-    assert not [p.name for p in node.state_dir.iterdir() if p.name != "xid-window.json"]  # no temporary left
+    left = [p.name for p in node.state_dir.iterdir() if p.name not in ("xid-window.json", "reports")]
+    left += [p.name for p in (node.state_dir / "reports").iterdir() if not kept_reports.NAME.fullmatch(p.name)]
+    assert not left  # no temporary left (reports/: the node's kept reports, node/kept_reports.py)
     before = node.state.read_text()
     assert node.run(QUIET + xid(600.0, 79))[0] == 2
     assert node.state.read_text() == before
@@ -260,8 +263,10 @@ def test_an_unwritable_state_dir_costs_the_run_nothing_but_a_note(node, where, w
         node.state.mkdir()
     code, result, stderr = node.run(QUIET, GPUCHECK_STATE_DIR=str(state_dir))
     assert (code, result["status"]) == (0, "pass")
+    kept = "" if where == "state-is-a-directory" else (  # the kept reports' folder cannot be made either
+        f"gpucheck: note: this report is not kept on the node: cannot write {state_dir}/reports ({why})\n")
     assert stderr == (f"gpucheck: note: this clean run is not remembered: cannot write {state_dir}/xid-window.json "
-                      f"({why}); the Xid window falls back to the look-back\n")
+                      f"({why}); the Xid window falls back to the look-back\n{kept}")
 
 
 def test_a_log_with_no_stamp_is_not_remembered(node):
