@@ -250,8 +250,11 @@ def lab(*args: str, timeout: float = 900, check: bool = True) -> subprocess.Comp
 
 
 def run_cluster(args: list[str], report: Path, timeout: float = 900) -> tuple[subprocess.CompletedProcess, dict, float]:
-    """`gpucheck cluster -i inventory/lab ARGS --report REPORT` as a user runs it; (process, report.json, s)."""
+    """`gpucheck cluster -i inventory/lab ARGS --report REPORT` as a user runs it; (process, report.json, s). The
+    runs of one test share a history store beside their reports, no other test's: what one test planted (a hung
+    host, a drifted version) must not make a node a repeat offender in another's verdicts."""
     environ = dict(os.environ)
+    environ["GPUCHECK_HISTORY"] = str(report.parent / "history.sqlite")
     environ["PYTHONPATH"] = str(ROOT / "agent") + os.pathsep + environ.get("PYTHONPATH", "")
     environ.pop("ANSIBLE_CONFIG", None)
     began = time.monotonic()
