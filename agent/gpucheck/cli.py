@@ -215,6 +215,7 @@ def node_report(args: argparse.Namespace) -> int:
     if note := remember_clean_run(report.results):  # the next run's Xid window starts where this one read to
         print(f"gpucheck: note: {note}", file=sys.stderr)
     active = any(c.active for c in all_checks() if c.id in {r.check for r in report.results})  # --full, --only
+    report.facts["last_active_pass"] = kept_reports.last_active_pass(report, active)
     if note := kept_reports.keep(report, render(report, "json"), active):  # the history's copy on the node
         print(f"gpucheck: note: {note}", file=sys.stderr)
     # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk)

@@ -91,3 +91,27 @@ def test_a_file_where_the_folder_should_be_is_one_note(node, tmp_path: Path) -> 
     done = node("dgx-h100", state)
     assert done.returncode == 0
     assert f"gpucheck: note: this report is not kept on the node: cannot write {state / 'reports'}" in done.stderr
+
+
+def test_the_last_active_pass_is_this_run_or_the_newest_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCHECK_STATE_DIR", str(tmp_path))
+    (tmp_path / "reports").mkdir()
+    for name in ("20261101T030000Z-pass-full.json", "20261104T030000Z-warn-full.json",
+                 "20261105T030000Z-fail-full.json", "20261106T030000Z-pass.json"):
+        (tmp_path / "reports" / name).write_text("{}")
+    failing = Report(host="n", profile="p", results=[Result("gpu.gemm", Status.FAIL)], started="2026-11-27T05:00:00Z")
+    assert kept_reports.last_active_pass(failing, True) == "2026-11-04T03:00:00Z"
+    passing = Report(host="n", profile="p", results=[Result("gpu.gemm", Status.PASS)], started="2026-11-27T05:00:00Z")
+    assert kept_reports.last_active_pass(passing, True) == "2026-11-27T05:00:00Z"
+    assert kept_reports.last_active_pass(passing, False) == "2026-11-04T03:00:00Z"  # a passive run is no active one
+
+
+def test_the_prometheus_text_says_when_an_active_check_last_passed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "reports").mkdir(parents=True)
+    (state / "reports" / "20261120T030000Z-pass-full.json").write_text("{}")
+    env = env_for(scenario_path("dgx-h100"), build_library())
+    env["GPUCHECK_STATE_DIR"] = str(state)
+    done = run_gpucheck(["node", "--profile", "generic", "--only", "gpu.count", "--format", "prometheus"], env)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("gpucheck_last_active_pass_timestamp_seconds")]
+    assert len(lines) == 1 and lines[0].endswith(" 1795143600"), done.stdout[-500:]  # 2026-11-20T03:00:00Z

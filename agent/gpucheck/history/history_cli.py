@@ -1,5 +1,5 @@
-"""`gpucheck history`: the history store's command line (import, runs, show, export). Bad input is one line and
-exit 3; a report that cannot be imported costs that report only."""
+"""`gpucheck history`: the history store's command line (import, runs, show, baseline, offenders, export). Bad
+input is one line and exit 3; a report that cannot be imported costs that report only."""
 
 from __future__ import annotations
 

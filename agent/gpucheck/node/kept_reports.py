@@ -53,6 +53,26 @@ def prune(directory: Path) -> None:
             (directory / name).unlink()
 
 
+def last_active_pass(report: Report, active: bool) -> str | None:
+    """When the node last passed (or only warned in) a run of active checks, UTC: this run if it is one, else the
+    newest kept; None when none is kept. What "last active check passed N days ago" is read from."""
+    if active and report.exit_code in (0, 1):
+        return kept_time(file_name(report, active, set()))
+    try:
+        names = os.listdir(folder())
+    except OSError:
+        return None
+    found = sorted(m.group(1) for n in names if (m := NAME.fullmatch(n)) and m.group(4) and m.group(3) in
+                   ("pass", "warn"))
+    return kept_time(found[-1]) if found else None
+
+
+def kept_time(name: str) -> str:
+    """20261127T050000Z... -> 2026-11-27T05:00:00Z"""
+    stamp = name[:16]
+    return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
+
+
 def keep(report: Report, text: str, active: bool) -> str | None:
     """Keep `text` (the report as JSON); a one-line note when it could not be kept, None otherwise. Not being
     allowed to write there (a user's run without root) is no news: None."""

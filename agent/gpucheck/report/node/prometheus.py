@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 from ...model import Report, Status
@@ -50,4 +51,21 @@ def render_prometheus(report: Report) -> str:
         f'gpucheck_duration_seconds{{host="{host}"}} {report.duration_s:.3f}',
     ]
     lines += figure_samples(report, host)
+    lines += last_active_pass(report, host)
     return "\n".join(lines) + "\n"
+
+
+def last_active_pass(report: Report, host: str) -> list[str]:
+    """When the node last passed its active checks (facts.last_active_pass, from the reports it kept): an alert can
+    say "no active check passed in 8 days"."""
+    when = report.facts.get("last_active_pass")
+    try:
+        stamp = dt.datetime.fromisoformat(str(when).replace("Z", "+00:00")).timestamp() if when else None
+    except ValueError:
+        stamp = None
+    if stamp is None:
+        return []
+    return ["# HELP gpucheck_last_active_pass_timestamp_seconds When the node last passed a run of active checks "
+            "(gpucheck node --full), as it kept its reports.",
+            "# TYPE gpucheck_last_active_pass_timestamp_seconds gauge",
+            f'gpucheck_last_active_pass_timestamp_seconds{{host="{host}"}} {stamp:.0f}']
