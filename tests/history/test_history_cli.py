@@ -115,6 +115,20 @@ def test_a_named_file_that_is_no_report_fails_the_import_but_not_the_others(tmp_
     assert "history: 1 run(s) recorded" in done.stdout
 
 
+def test_hostile_reports_are_refused_or_kept_without_what_cannot_be_a_figure(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    huge = node_report("gpu07")
+    next(r for r in huge["results"] if r["check"] == "gpu.count")["measured"] = 10 ** 400
+    (tmp_path / "huge.json").write_text(json.dumps(huge))
+    done = history(tmp_path, "import", str(deep), str(tmp_path / "huge.json"))
+    said = f"gpucheck: error: {deep}: nested deeper than any gpucheck report"
+    assert done.returncode == 3 and done.stderr.strip() == said, done.stderr
+    assert "history: 1 run(s) recorded" in done.stdout
+    rows = list(csv.DictReader(io.StringIO(history(tmp_path, "export").stdout)))
+    assert rows and not [r for r in rows if r["check"] == "gpu.count"]  # 10**400 is no float: left out
+
+
 def test_a_store_that_is_missing_or_not_ours_is_one_line(tmp_path: Path) -> None:
     missing = history(tmp_path, "runs")
     assert missing.returncode == 3 and "no history store at " in missing.stderr

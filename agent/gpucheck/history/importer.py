@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..files import read_file
-from .records import NotAReport, from_document
+from .records import NotAReport, Run, from_document
 from .store import Store
 
 MAX_REPORT_B = 256 * 1024 * 1024  # a cluster report.json of 256 nodes is ~50 MiB
@@ -42,6 +42,13 @@ def files_under(path: Path) -> Iterator[tuple[Path, bool]]:
         yield from ((Path(root) / name, False) for name in sorted(files) if name.endswith(".json"))
 
 
+def run_of(path: Path) -> Run:
+    try:
+        return from_document(read_report(path))
+    except RecursionError:  # json.loads or the figures' walk, on a document nested past Python's stack
+        raise NotAReport("nested deeper than any gpucheck report") from None
+
+
 def read_report(path: Path) -> object:
     data = read_file(path, MAX_REPORT_B)
     if len(data) > MAX_REPORT_B:
@@ -60,7 +67,7 @@ def import_paths(store: Store, paths: list[Path], progress: Callable[[Path, str]
             continue
         for file, named in files_under(path):
             try:
-                run = from_document(read_report(file))
+                run = run_of(file)
             except OSError as exc:
                 outcome.errors.append(f"{file}: {exc.strerror or exc}")
                 continue

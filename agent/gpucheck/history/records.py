@@ -75,6 +75,14 @@ def unit_of(name: str) -> str:
     return next((t for t in reversed(tokens) if t in UNITS), "")
 
 
+def finite(value: int | float) -> bool:
+    """A number SQLite can keep as REAL: not NaN, not infinite, not an integer past what a float holds."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def figures_of(check: str, measured: Any) -> list[tuple[str, str, str, int, float]]:
     """Every finite number under a check's measured values: (check, figure, unit, GPU index or NODE_GPU, value).
     A `GPUn` key says whose the numbers under it are; the other keys on the way name the figure."""
@@ -88,7 +96,7 @@ def figures_of(check: str, measured: Any) -> list[tuple[str, str, str, int, floa
                     walk(inner, path, int(label[1]))
                 else:
                     walk(inner, [*path, str(key)], gpu)
-        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        elif isinstance(value, int | float) and not isinstance(value, bool) and finite(value):
             name = " ".join(path)
             found.append((check, name, unit_of(name) or unit_of(check.rsplit(".", 1)[-1]), gpu, float(value)))
 
@@ -109,7 +117,8 @@ def checks_of(results: Any) -> tuple[list[tuple[str, str, str | None]], list[tup
 
 
 def gpus_of(facts: dict[str, Any]) -> list[tuple[int, str | None, str | None, str | None]]:
-    """Each GPU's identity as the report names it (facts.gpus, written since gpucheck 0.1 with history)."""
+    """Each GPU's identity as the report names it (facts.gpus); an older report names none, and its GPUs are known
+    by their index only."""
     found = []
     for gpu in facts.get("gpus") or []:
         if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
