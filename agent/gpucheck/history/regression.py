@@ -70,12 +70,8 @@ def followed(check: str, figure: str) -> bool:
     return is_rate(f"{check} {figure}") and not SPREAD.search(figure)
 
 
-def gpu_keys(part: NodeRun) -> dict[int, Any]:
-    """GPU index -> what the past knows it by: its UUID, else (node, index)."""
-    return {index: uuid or (part.node, index) for index, uuid, _, _ in part.gpus}
-
-
 def key_of(node: str, gpu: int, uuid: str | None) -> Any:
+    """What the past knows a figure's owner by: the node for its own figures, a GPU by its UUID, else its index."""
     return ("node", node) if gpu == NODE_GPU else uuid or (node, gpu)
 
 
@@ -116,13 +112,11 @@ def compare(store: Store, part: NodeRun, drop_pct: float = DEFAULT_DROP_PCT,
     by_key: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         by_key.setdefault((key_of(row["node"], row["gpu"], row["uuid"]), row["check"], row["figure"]), []).append(row)
-    keys = gpu_keys(part)
     uuids = {index: uuid for index, uuid, _, _ in part.gpus}
     statuses = {check: status for check, status, _ in part.results}
     findings = []
     for check, figure, unit, gpu, value in part.figures:
-        past = by_key.get((("node", part.node) if gpu == NODE_GPU else keys.get(gpu, (part.node, gpu)), check,
-                           figure), [])
+        past = by_key.get((key_of(part.node, gpu, uuids.get(gpu)), check, figure), [])
         if not past:
             continue
         if check in COUNTER_CHECKS:
