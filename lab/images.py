@@ -46,13 +46,16 @@ def current_base_key() -> str:
     return rootfs.base_key(rootfs.debian_sources(), rootfs.acquire_conf_files())
 
 
-# What the golden image installs from besides the archives: the stand-in NVIDIA repository the lab serves.
+# What the golden image installs from besides the archives: the stand-in NVIDIA repository the lab serves, whose
+# libnvidia-ml1 carries the fake NVML built from lab/fakenvml (a new NVML function must reach the hosts).
 STANDIN_REPO_TREE = Path(__file__).resolve().parent / "nvidia_repo"
+FAKE_NVML_TREE = Path(__file__).resolve().parent / "fakenvml"
 
 
 def golden_key(playbook: Path) -> str:
     playbook = playbook.resolve()
-    material = f"{current_base_key()}\0{playbook.name}\0{tree_hash(playbook.parent)}\0{tree_hash(STANDIN_REPO_TREE)}"
+    material = (f"{current_base_key()}\0{playbook.name}\0{tree_hash(playbook.parent)}\0{tree_hash(STANDIN_REPO_TREE)}"
+                f"\0{tree_hash(FAKE_NVML_TREE)}")
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 

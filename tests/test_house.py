@@ -28,7 +28,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cluster": FOUNDATION | {"cluster", "cli_types", "history", "parsers", "report", "workloads"},
     "cli": FOUNDATION | {"cli_types", "node", "parsers", "report"},
     "history": FOUNDATION | {"history", "cli_types"},
-    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history"},
+    "rma": FOUNDATION | {"rma", "cli_types", "history", "node"},
+    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "rma"},
     "__main__": {"main"},
 }
 

@@ -69,8 +69,9 @@ def read_file(path: str | os.PathLike, max_bytes: int, streams: bool = False) ->
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` (UTF-8) to `path` as a careful `> path` would. Raises OSError, whose strerror says why.
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write `text` (UTF-8; bytes as they are) to `path` as a careful `> path` would. Raises OSError, whose
+    strerror says why.
 
     - A regular file, or no file yet: replaced atomically (readers see the old file or the new one, never half
       of one). An existing file keeps its mode (a node_exporter textfile stays readable) and, where we may, its
@@ -83,7 +84,7 @@ def write_atomically(path: Path, text: str) -> None:
       be replaced, and replacing /dev/null as root would destroy it. A FIFO nobody reads is refused, not waited on.
     - A directory, a block device or a socket is refused.
     """
-    data = text.encode("utf-8")
+    data = text.encode("utf-8") if isinstance(text, str) else text
     if planted := planted_link(path):
         raise PermissionError(errno.EACCES, f"{planted} is a link another user made in a directory others can "
                               "write: not followed", str(path))

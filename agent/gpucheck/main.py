@@ -11,6 +11,7 @@ from .cli_types import EXIT_CODES_HELP, Parser, guarded
 from .cluster import cli as cluster_cli
 from .history import diff_cli, history_cli
 from .model import EXIT_UNKNOWN
+from .rma import rma_cli
 
 DESCRIPTION = "Prove that GPU servers are ready for distributed training."
 # `gpucheck --help` only: each command's --help has its own description, options, exit codes and examples.
@@ -26,6 +27,7 @@ examples:
   gpucheck checks                        every check id and what it verifies
   gpucheck diff before.json after.json   what an upgrade changed: versions, verdicts, figures
   gpucheck history show node07           node07's figures over its last runs (every cluster run is recorded)
+  gpucheck rma 3                         GPU3's evidence for the vendor in one archive: identity, failures, Xids
 
 Each command's description, options, exit codes and examples: gpucheck COMMAND --help
 """
@@ -40,6 +42,7 @@ def build_parser() -> Parser:
     cluster_cli.add_parser(sub)
     diff_cli.add_parser(sub)
     history_cli.add_parser(sub)
+    rma_cli.add_parser(sub)
     return parser
 
 
@@ -49,7 +52,8 @@ def dispatch(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_UNKNOWN
-    handlers = {**cli.HANDLERS, "cluster": cluster_cli.run, "diff": diff_cli.run, "history": history_cli.run}
+    handlers = {**cli.HANDLERS, "cluster": cluster_cli.run, "diff": diff_cli.run, "history": history_cli.run,
+                "rma": rma_cli.run}
     return handlers[args.command](args)
 
 

@@ -56,7 +56,7 @@ enum ftype {
 };
 
 enum field {
-    F_NAME, F_UUID, F_SERIAL, F_MINOR, F_PCI_BUS_ID, F_PCI_DEVICE_ID, F_PCI_SUBSYS_ID,
+    F_NAME, F_UUID, F_SERIAL, F_VBIOS, F_BOARD_PART, F_INFOROM, F_MINOR, F_PCI_BUS_ID, F_PCI_DEVICE_ID, F_PCI_SUBSYS_ID,
     F_MEM_TOTAL, F_MEM_RESERVED, F_MEM_USED, F_CC, F_PERSIST, F_MIG, F_MIG_PENDING,
     F_ECC, F_ECC_PENDING, F_ECC_CV, F_ECC_CA, F_ECC_UV, F_ECC_UA,
     F_RP_SBE, F_RP_DBE, F_RP_PENDING, F_RR_CORR, F_RR_UNC, F_RR_PENDING, F_RR_FAIL,
@@ -71,6 +71,9 @@ static const struct { const char *name; enum ftype type; } k_fields[F_COUNT] = {
     [F_NAME] = {"name", T_STR},
     [F_UUID] = {"uuid", T_STR},
     [F_SERIAL] = {"serial", T_STR},
+    [F_VBIOS] = {"vbios_version", T_STR},
+    [F_BOARD_PART] = {"board_part_number", T_STR},
+    [F_INFOROM] = {"inforom_image_version", T_STR},
     [F_MINOR] = {"minor_number", T_U32},
     [F_PCI_BUS_ID] = {"pci_bus_id", T_BUSID},
     [F_PCI_DEVICE_ID] = {"pci_device_id", T_U32},
@@ -147,6 +150,8 @@ static const struct { const char *name; int per_gpu; } k_functions[] = {
     {"nvmlDeviceGetHandleByPciBusId_v2", 1},
     {"nvmlDeviceGetIndex", 1}, {"nvmlDeviceGetMinorNumber", 1}, {"nvmlDeviceGetName", 1},
     {"nvmlDeviceGetUUID", 1}, {"nvmlDeviceGetSerial", 1}, {"nvmlDeviceGetPciInfo_v3", 1},
+    {"nvmlDeviceGetVbiosVersion", 1}, {"nvmlDeviceGetBoardPartNumber", 1},
+    {"nvmlDeviceGetInforomImageVersion", 1},
     {"nvmlDeviceGetMemoryInfo", 1}, {"nvmlDeviceGetMemoryInfo_v2", 1},
     {"nvmlDeviceGetCudaComputeCapability", 1}, {"nvmlDeviceGetPersistenceMode", 1},
     {"nvmlDeviceGetMigMode", 1}, {"nvmlDeviceGetEccMode", 1},
@@ -1300,6 +1305,25 @@ nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int
 {
     DEV_ENTER(device, g);
     return copy_str(&g->f[F_SERIAL], serial, length);
+}
+
+/* The identity an RMA asks for (gpucheck rma): VBIOS, board part number, InfoROM image. */
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    DEV_ENTER(device, g);
+    return copy_str(&g->f[F_VBIOS], version, length);
+}
+
+nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
+{
+    DEV_ENTER(device, g);
+    return copy_str(&g->f[F_BOARD_PART], partNumber, length);
+}
+
+nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    DEV_ENTER(device, g);
+    return copy_str(&g->f[F_INFOROM], version, length);
 }
 
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)

@@ -139,6 +139,13 @@ def test_a_gpu_slower_than_its_baseline_warns_naming_it_though_every_floor_passe
                                         " -9.8 %"}
     assert doc["nodes"]["node02"]["status"] == "warn" and doc["nodes"]["node01"]["status"] == "pass"
     assert all(r["status"] == "pass" for r in doc["nodes"]["node02"]["report"]["results"])  # every floor passes
+    # what the report shows of its past: the GPUs' median per run (788 then 711 among seven 790s: 790 both times),
+    # and the last run of active checks it passed (a warning is no failure)
+    assert first_doc["history"] == {}  # no store yet: nothing to show
+    [trend] = doc["history"]["node02"]["trends"]
+    assert (trend["check"], trend["figure"], trend["unit"]) == ("gpu.gemm", "bf16_TFLOPS", "TFLOPS")
+    assert [(p["started"] == began, p["value"]) for p in trend["points"]] == [(True, 790.0), (False, 790.0)]
+    assert doc["history"]["node02"]["last_active_pass"] >= began
 
 
 def test_a_node_failing_a_third_time_in_a_month_is_named_a_repeat_offender(sshd: LoopbackSshd, tmp_path: Path) -> None:
@@ -163,6 +170,42 @@ def test_a_node_failing_a_third_time_in_a_month_is_named_a_repeat_offender(sshd:
     day = lambda n: (now - dt.timedelta(days=n)).strftime("%Y-%m-%d")  # noqa: E731
     assert check["nodes"] == {"node02": f"repeat offender: failed 3 times in 30 days: {day(20)} (gpu.ecc_errors), "
                                         f"{day(6)} (gpu.memtest), {day(0)} (gpu.ecc_errors)"}
+
+
+def test_a_gpu_failing_a_third_time_is_named_with_its_node(sshd: LoopbackSshd, tmp_path: Path) -> None:
+    """GPU3 of node02 failed twice before (named GPU3, then by its bus id) and fails again now: the GPU is named a
+    repeat offender by its UUID, beside its node; GPU5's one failure names nothing."""
+    import datetime as dt
+
+    from gpucheck.history.records import from_document
+    from gpucheck.history.store import Store
+
+    def with_gpus(doc: dict) -> dict:
+        doc["facts"]["gpus"] = [{"index": i, "uuid": f"GPU-node02-{i}", "pci_bus_id": f"00000000:{i + 16:02X}:00.0",
+                                 "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]
+        return doc
+
+    store = tmp_path / "history.sqlite"
+    now = dt.datetime.now(dt.timezone.utc)
+    with Store(store) as history:
+        for days_ago, fail in ((20, {"gpu.ecc_errors": "GPU3: 2 uncorrected"}), (12, None),
+                               (6, {"gpu.xid": "fatal: Xid 48 on 0000:13:00"}), (3, None),
+                               (2, {"gpu.memtest": "GPU5: 5 bad words"}), (1, None)):
+            doc = with_gpus(node_report("node02", fail=fail))
+            doc["started"] = (now - dt.timedelta(days=days_ago)).isoformat(timespec="seconds")
+            history.record(from_document(doc), f"{days_ago} days ago")
+    hosts = healthy(sshd, 2)
+    sshd.report(sshd.ports[1], with_gpus(node_report("node02", fail={"gpu.ecc_errors": "GPU3: 12 uncorrected"})))
+    done, report, _ = cluster(sshd, tmp_path, hosts, "--stages", "consistency,history", "--history", str(store))
+    check = next(r for r in load_report(report)["cluster"] if r["check"] == "cluster.history.repeat_offender")
+    assert done.returncode == 2 and check["status"] == "warn", done.stdout + done.stderr
+    day = lambda n: (now - dt.timedelta(days=n)).strftime("%Y-%m-%d")  # noqa: E731
+    node = f"repeat offender: failed 4 times in 30 days: {day(20)} (gpu.ecc_errors), {day(6)} (gpu.xid), " \
+           f"{day(2)} (gpu.memtest), {day(0)} (gpu.ecc_errors)"
+    gpu3 = f"GPU3 (GPU-node02-3) of node02: repeat offender: failed 3 times in 30 days: {day(20)} (gpu.ecc_errors), " \
+           f"{day(6)} (gpu.xid), {day(0)} (gpu.ecc_errors)"
+    assert check["nodes"] == {"node02": f"{node}; {gpu3}"}
+    assert sorted(check["measured"]) == ["GPU3 (GPU-node02-3) of node02", "node02"]
 
 
 def test_unreachable_node_is_a_result_and_the_rest_are_checked(sshd: LoopbackSshd, tmp_path: Path) -> None:

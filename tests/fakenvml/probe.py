@@ -70,6 +70,9 @@ GPU_CALLS: dict[str, Callable[[Any], Any]] = {
     "name": nv.nvmlDeviceGetName,
     "uuid": nv.nvmlDeviceGetUUID,
     "serial": nv.nvmlDeviceGetSerial,
+    "vbios_version": nv.nvmlDeviceGetVbiosVersion,
+    "board_part_number": nv.nvmlDeviceGetBoardPartNumber,
+    "inforom_image_version": nv.nvmlDeviceGetInforomImageVersion,
     "pci": lambda h: struct(nv.nvmlDeviceGetPciInfo(h), [
         "busIdLegacy", "domain", "bus", "device", "pciDeviceId", "pciSubSystemId", "busId"]),
     "memory": lambda h: struct(nv.nvmlDeviceGetMemoryInfo(h), ["total", "free", "used"]),

@@ -36,7 +36,8 @@ REQUIRED = {
 EXTRA = {"nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetTemperatureV",
          "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
          "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByPciBusId_v2",
-         "nvmlDeviceGetClockInfo"}  # the SM clock the burn-in samples
+         "nvmlDeviceGetClockInfo",  # the SM clock the burn-in samples
+         "nvmlDeviceGetVbiosVersion", "nvmlDeviceGetBoardPartNumber", "nvmlDeviceGetInforomImageVersion"}  # rma
 # Function names a `hang`/`fail` rule may use: every exported symbol but nvmlErrorString.
 RULE_FUNCTIONS = sorted((REQUIRED | EXTRA) - {"nvmlErrorString"})
 

@@ -57,6 +57,8 @@ def test_dgx_h100_gpu_values(healthy: ProbeResult, gpu: int) -> None:
     assert v("name") == "NVIDIA H100 80GB HBM3"
     assert v("uuid") == H100_UUIDS[gpu]
     assert len(v("serial")) == 13
+    assert (v("vbios_version"), v("board_part_number"), v("inforom_image_version")) == (
+        "96.00.99.00.01", "692-2G520-0200-000", "G520.0200.00.05")
     bus = int(H100_BUS_IDS[gpu][9:11], 16)
     assert v("pci") == {"busId": H100_BUS_IDS[gpu], "busIdLegacy": H100_BUS_IDS[gpu][4:], "domain": 0,
                         "bus": bus, "device": 0, "pciDeviceId": 0x233010DE, "pciSubSystemId": 0x16C110DE}

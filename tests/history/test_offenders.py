@@ -8,7 +8,14 @@ from pathlib import Path
 
 from test_store import node_report
 
-from gpucheck.history.offenders import Failure, failures_of, offenders, repeat_failures
+from gpucheck.history.offenders import (
+    Failure,
+    failures_of,
+    gpu_offenders,
+    offenders,
+    repeat_failures,
+    repeat_gpu_failures,
+)
 from gpucheck.history.records import from_document
 from gpucheck.history.store import Store
 from support import run_gpucheck
@@ -60,4 +67,37 @@ def test_the_offenders_command_lists_them(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.startswith("gpu09: failed 2 times in 7 days: "), done.stdout
     assert done.stdout.count("(gpu.xid)") == 2
     none = run_gpucheck(["history", "offenders", "--store", str(store_path)])
-    assert none.stdout.startswith("no node failed 3 times in 30 days")
+    assert none.stdout.startswith("no node or GPU failed 3 times in 30 days")
+
+
+def gpu_report(host: str, days_ago: int, failing: dict[str, str] | None, order: tuple[str, str] = ("GPU-a", "GPU-b")
+               ) -> dict:
+    """A node run with two GPUs (UUIDs in `order` at indexes 0 and 1) whose failing checks say what they say."""
+    doc = node_report(host, day(days_ago), status_of={check: "fail" for check in failing or {}})
+    doc["facts"]["gpus"] = [{"index": i, "uuid": uuid, "pci_bus_id": f"00000000:{0x19 + i:02X}:00.0",
+                             "name": "NVIDIA H200"} for i, uuid in enumerate(order)]
+    for result in doc["results"]:
+        if result["check"] in (failing or {}):
+            result["reason"] = failing[result["check"]]
+    return doc
+
+
+def test_a_gpu_failing_again_and_again_is_named_by_its_uuid_wherever_it_went(tmp_path: Path) -> None:
+    """GPU-a fails three separate times, the third on another node at another index (named there by its bus id);
+    GPU-b fails once, in a run where GPU-a's node also failed: only GPU-a is the offender."""
+    with Store(tmp_path / "h.sqlite") as store:
+        for days_ago, failing in ((25, {"gpu.ecc_errors": "GPU0 (00000000:19:00.0): 2 uncorrected"}), (24, None),
+                                  (20, {"gpu.memtest": "GPU1: 5 bad words"}),  # GPU-b's failure, not GPU-a's
+                                  (15, {"gpu.xid": "fatal: Xid 48 on 0000:19:00"}), (14, None)):
+            store.record(from_document(gpu_report("gpu07", days_ago, failing)), f"gpu07-{days_ago}")
+        moved = gpu_report("gpu08", 2, {"gpu.ecc_errors": "GPU1 (00000000:1A:00.0): 4 uncorrected"},
+                           order=("GPU-c", "GPU-a"))  # GPU-a is GPU1 of gpu08 now
+        part = from_document(moved).nodes[0]
+        found = repeat_gpu_failures(store, part, day(2), now=NOW)
+        assert {label: [(f.started[:10], f.what) for f in items] for label, items in found.items()} == {
+            "GPU1 (GPU-a) of gpu08": [("2026-11-02", "gpu.ecc_errors"), ("2026-11-12", "gpu.xid"),
+                                      ("2026-11-25", "gpu.ecc_errors")]}
+        assert gpu_offenders(store, now=NOW) == {}  # two in the store: the third is the run not yet recorded
+        store.record(from_document(moved), "gpu08-2")
+        assert list(gpu_offenders(store, now=NOW)) == ["GPU1 (GPU-a) of gpu08"]
+        assert list(gpu_offenders(store, failures=1, now=NOW)) == ["GPU1 (GPU-a) of gpu08", "GPU1 (GPU-b) of gpu07"]

@@ -205,6 +205,20 @@ def test_golden_key_follows_the_playbook_tree_but_not_docs_or_generated_inventor
     assert images.tree_hash(tmp_path) != first
 
 
+def test_golden_key_follows_the_fake_nvml_the_driver_package_carries(tmp_path: Path, monkeypatch) -> None:
+    """libnvidia-ml1's stand-in is the fake NVML: a new NVML function in it must make a new golden image, or the
+    hosts keep the old library and the agent's call is not found there."""
+    fake = tmp_path / "fakenvml"
+    fake.mkdir()
+    (fake / "fakenvml.c").write_text("int nvmlInit_v2(void) { return 0; }\n")
+    (tmp_path / "site.yml").write_text("- hosts: all\n")
+    monkeypatch.setattr(images, "FAKE_NVML_TREE", fake)
+    monkeypatch.setattr(images, "current_base_key", lambda: "base")
+    first = images.golden_key(tmp_path / "site.yml")
+    (fake / "fakenvml.c").write_text("int nvmlInit_v2(void) { return 0; }\nint nvmlDeviceGetVbiosVersion;\n")
+    assert images.golden_key(tmp_path / "site.yml") != first
+
+
 # ------------------------------------------------------------------------------------------- cli
 def _cli(*args: str, user: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*(user or []), sys.executable, "-m", "lab", *args], cwd=REPO, capture_output=True,

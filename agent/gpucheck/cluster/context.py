@@ -102,6 +102,9 @@ class ClusterContext:
     pairs: list[dict[str, Any]] = field(default_factory=list)
     scaling: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] = field(default_factory=dict)  # the training stage's table (training_verdict)
+    # the history stage: per checked node, its key figures over its recent runs and when it last passed a run of
+    # active checks ({node: {"trends": [...], "last_active_pass": UTC}}, history/trends.py)
+    history: dict[str, Any] = field(default_factory=dict)
     slurm: list[dict[str, str]] = field(default_factory=list)  # what --drain did in Slurm, node by node
     # --launcher slurm: every node Slurm knows (slurm.NodeState by NodeName), read once at the start
     slurm_states: dict[str, Any] | None = None

@@ -19,7 +19,7 @@ from ..model import EXIT_OK, EXIT_UNKNOWN
 from . import queries
 from .diff import number
 from .importer import import_paths
-from .offenders import DEFAULT_DAYS, DEFAULT_FAILURES, offenders
+from .offenders import DEFAULT_DAYS, DEFAULT_FAILURES, gpu_offenders, offenders
 from .records import CLUSTER, NODE_GPU, NotAReport, utc
 from .store import ENV, HistoryError, Store, default_path
 
@@ -40,7 +40,7 @@ examples:
   gpucheck history show node07 --check gpu.gemm                its GEMM figures per GPU over its last runs
   gpucheck history show GPU-5d3c... --runs 20                  one GPU's figures, wherever it was
   gpucheck history baseline node07 --set                       after a repair: its latest run is the new baseline
-  gpucheck history offenders --failures 2 --days 14            the nodes that failed twice in two weeks
+  gpucheck history offenders --failures 2 --days 14            the nodes and GPUs that failed twice in two weeks
   gpucheck history export --format csv --since 30d -o figures.csv
 """
 
@@ -89,9 +89,11 @@ def add_parser(sub: Any) -> None:
     base.add_argument("node", metavar="NODE")
     base.add_argument("--set", action="store_true", help="make its latest run (or --run's) the baseline")
     base.add_argument("--run", type=count, metavar="N", help="with --set: the run (as `runs` lists it) to take")
-    off = verbs.add_parser("offenders", parents=[common], help="the nodes that failed again and again",
-                           description="Every node with at least --failures separate failures within --days (a "
-                                       "failure counts again only after the node passed in between).")
+    off = verbs.add_parser("offenders", parents=[common], help="the nodes and GPUs that failed again and again",
+                           description="Every node, and every GPU (by UUID, wherever it was), with at least "
+                                       "--failures separate failures within --days (a failure counts again only "
+                                       "after the node passed in between; a GPU failed when a failing check names "
+                                       "it).")
     off.add_argument("--failures", type=count, default=DEFAULT_FAILURES, metavar="N", help="(default: %(default)s)")
     off.add_argument("--days", type=count, default=DEFAULT_DAYS, metavar="M", help="(default: %(default)s)")
     export = verbs.add_parser("export", parents=[common], help="every figure as rows: CSV or JSON")
@@ -193,9 +195,9 @@ def do_baseline(store: Store, args: argparse.Namespace) -> int:
 
 
 def do_offenders(store: Store, args: argparse.Namespace) -> int:
-    found = offenders(store, args.failures, args.days)
+    found = {**offenders(store, args.failures, args.days), **gpu_offenders(store, args.failures, args.days)}
     if not found:
-        print(f"no node failed {args.failures} times in {args.days} days ({store.path})")
+        print(f"no node or GPU failed {args.failures} times in {args.days} days ({store.path})")
     for node, failures in found.items():
         print(f"{node}: failed {len(failures)} times in {args.days} days: "
               + ", ".join(f"{f.started} ({f.what})" for f in failures))

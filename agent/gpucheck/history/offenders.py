@@ -1,13 +1,18 @@
-"""Repeat offenders (docs/history.md): a node that failed `failures` times within `days`. A failure is counted
-once however many runs saw it: a failing run right after another failing one (the health check every 5 minutes
-until the node was drained and repaired) is the same failure; it counts again only after the node passed (or
-warned) in between. A run that could not judge the node (error) neither starts nor ends a failure."""
+"""Repeat offenders (docs/history.md): a node, or a GPU, that failed `failures` times within `days`. A failure is
+counted once however many runs saw it: a failing run right after another failing one (the health check every 5
+minutes until the node was drained and repaired) is the same failure; it counts again only after the node passed
+(or warned) in between. A run that could not judge the node (error) neither starts nor ends a failure.
+
+A GPU failed in a run when a failing check names it (gpu_names.py: GPUn with its index in that run, its UUID or
+its bus id); it is followed by its UUID, so a GPU moved to another node keeps its failures. A node run that failed
+for another reason neither starts nor ends a failure of the GPU."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 
+from .gpu_names import names_gpu
 from .records import CLUSTER, NodeRun
 from .store import Store
 
@@ -15,6 +20,7 @@ from .store import Store
 # within a month is a part that does not stay fixed, which is what an RMA is for.
 DEFAULT_FAILURES = 3
 DEFAULT_DAYS = 30
+MAX_RUNS_NAMED = 30000  # below SQLite's 32766 bound variables: a node's GPUs run far fewer times in a window
 
 
 @dataclass(frozen=True)
@@ -69,3 +75,67 @@ def offenders(store: Store, failures: int = DEFAULT_FAILURES, days: int = DEFAUL
                                             "status = 'fail' AND node != ? ORDER BY node", (start, CLUSTER))]
     found = {node: failures_of(node_history(store, node, start)) for node in nodes}
     return {node: items for node, items in found.items() if len(items) >= failures}
+
+
+def gpu_verdict(node_status: str, failed: list[tuple[str, str]], index: int, uuid: str | None,
+                bus: str | None) -> tuple[str, str]:
+    """(the GPU's status in a node run, the failed checks that name it): fail when one does, pass when the node
+    passed or warned, error (no verdict on the GPU) otherwise."""
+    mine = [check for check, reason in failed if names_gpu(reason, index, uuid, bus)]
+    if mine:
+        return "fail", ", ".join(mine)
+    return ("pass", "") if node_status in ("pass", "warn") else ("error", "")
+
+
+def gpu_history(store: Store, start: str, uuids: list[str] | None = None) -> dict[str, list[tuple]]:
+    """Per GPU UUID: (started, its status, what failed, node, index) of each node run it was in, oldest first."""
+    only = f" AND gi.uuid IN ({', '.join('?' for _ in uuids)})" if uuids is not None else ""
+    rows = store.query(f"""
+        SELECT nr.id, nr.node, nr.started, nr.status, g.gpu, gi.uuid, gi.pci_bus_id
+        FROM node_runs nr JOIN gpus g ON g.node_run_id = nr.id JOIN gpu_ids gi ON gi.id = g.gpu_id
+        WHERE nr.started >= ? AND gi.uuid IS NOT NULL{only} ORDER BY nr.started, nr.id""", (start, *(uuids or [])))
+    # the failed checks of those runs only (a few GPUs' runs), else of every run since start
+    ids = sorted({r["id"] for r in rows})
+    named = uuids is not None and len(ids) <= MAX_RUNS_NAMED
+    which = f"r.node_run_id IN ({', '.join('?' for _ in ids)})" if named else "nr.started >= ?"
+    failed: dict[int, list[tuple[str, str]]] = {}
+    for r in store.query(f"""
+            SELECT r.node_run_id, c.name, coalesce(r.reason, '') AS reason FROM results r
+            JOIN checks c ON c.id = r.check_id JOIN node_runs nr ON nr.id = r.node_run_id
+            WHERE r.status = 'fail' AND {which}""", tuple(ids) if named else (start,)):
+        failed.setdefault(r["node_run_id"], []).append((r["name"], r["reason"]))
+    found: dict[str, list[tuple]] = {}
+    for r in rows:
+        status, what = gpu_verdict(r["status"], failed.get(r["id"], []), r["gpu"], r["uuid"], r["pci_bus_id"])
+        found.setdefault(r["uuid"], []).append((r["started"], status, what, r["node"], r["gpu"]))
+    return found
+
+
+def gpu_label(uuid: str, node: str, index: int) -> str:
+    return f"GPU{index} ({uuid}) of {node}"
+
+
+def repeat_gpu_failures(store: Store, part: NodeRun, started: str, failures: int = DEFAULT_FAILURES,
+                        days: int = DEFAULT_DAYS, now: dt.datetime | None = None) -> dict[str, list[Failure]]:
+    """Each GPU of the node run (not recorded yet) with at least `failures` separate failures within `days`, this
+    run included: {label: failures}."""
+    gpus = [(index, uuid, bus) for index, uuid, bus, _ in part.gpus if uuid]
+    past = gpu_history(store, since(now or dt.datetime.now(dt.timezone.utc), days), [u for _, u, _ in gpus])
+    failed = [(check, reason or "") for check, status, reason in part.results if status == "fail"]
+    found = {}
+    for index, uuid, bus in gpus:
+        status, what = gpu_verdict(part.status, failed, index, uuid, bus)
+        runs = [run[:3] for run in past.get(uuid, [])] + [(started, status, what)]
+        if len(items := failures_of(runs)) >= failures:
+            found[gpu_label(uuid, part.node, index)] = items
+    return found
+
+
+def gpu_offenders(store: Store, failures: int = DEFAULT_FAILURES, days: int = DEFAULT_DAYS,
+                  now: dt.datetime | None = None) -> dict[str, list[Failure]]:
+    """Every GPU of the store with at least `failures` separate failures within `days`, named where it was last."""
+    found = {}
+    for uuid, runs in gpu_history(store, since(now or dt.datetime.now(dt.timezone.utc), days)).items():
+        if len(items := failures_of([run[:3] for run in runs])) >= failures:
+            found[gpu_label(uuid, runs[-1][3], runs[-1][4])] = items
+    return found

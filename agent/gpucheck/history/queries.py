@@ -98,3 +98,11 @@ def series(store: Store, selection: Selection, node_runs: list[dict]) -> dict[tu
 def known_nodes(store: Store) -> list[str]:
     return [r["node"] for r in store.query("SELECT DISTINCT node FROM node_runs WHERE node != ? ORDER BY node",
                                            (CLUSTER,))]
+
+
+def model_figures(store: Store, model: str, checks: list[str]) -> list[dict]:
+    """Every figure of these checks measured on any GPU of one model (as NVML names it), oldest first: what a
+    GPU is compared with across the fleet (gpucheck rma)."""
+    marks = ", ".join("?" for _ in checks) or "NULL"
+    return store.query(f"{FIGURE_ROWS} WHERE gi.name = ? AND n.check_name IN ({marks}) ORDER BY nr.started, r.id",
+                       (model, *checks))

@@ -227,6 +227,12 @@ class _Collector:
         gpu["nvlink"] = self.nvlinks(gpu, handle)
         gpu["numa_node"] = field(gpu, "numa_node", nv.nvmlDeviceGetNumaNodeId, handle)
         gpu["processes"] = self.processes(gpu, handle)
+        # what an RMA form asks for (gpucheck rma); asked last, so a GPU that hangs costs no other field for them
+        gpu["serial"] = field(gpu, "serial", nv.nvmlDeviceGetSerial, handle)
+        gpu["vbios_version"] = field(gpu, "vbios_version", nv.nvmlDeviceGetVbiosVersion, handle)
+        gpu["board_part_number"] = field(gpu, "board_part_number", nv.nvmlDeviceGetBoardPartNumber, handle)
+        gpu["inforom_image_version"] = field(gpu, "inforom_image_version", nv.nvmlDeviceGetInforomImageVersion,
+                                             handle)
 
     def processes(self, gpu: dict[str, Any], handle: Any) -> list[dict[str, Any]]:
         """The programs on the GPU: [{"pid", "used_MiB" (None: not reported), "kind": compute | graphics}]. Read

@@ -225,7 +225,8 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
         "gpu_processes": {f"GPU{g['index']}": g["processes"] for g in gpus if g.get("processes")},
         "gpu_models": sorted({g.get("name") for g in gpus if g.get("name")}),
         # each GPU's identity, lost ones included: the history follows a GPU by its UUID wherever it moves
-        "gpus": [{k: g.get(k) for k in ("index", "uuid", "pci_bus_id", "name")} for g in nvml_facts.get("gpus", [])],
+        "gpus": [{k: g.get(k) for k in ("index", "uuid", "serial", "pci_bus_id", "name")}
+                 for g in nvml_facts.get("gpus", [])],
         # which machine this is: the cluster names two inventory entries that reach the same one
         "machine": identity.machine(nvml_facts),
         "libraries": libraries.summary(ctx.facts.get("libraries")),
@@ -241,6 +242,11 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
 
 def run_node(options: Options, config: NodeConfig) -> Report:
     """Raises UsageError or profiles.ProfileError for bad input; everything else is a result."""
+    return judge(options, config)[0]
+
+
+def judge(options: Options, config: NodeConfig) -> tuple[Report, dict[str, Any]]:
+    """run_node's report, and the facts every collector gathered for it (gpucheck rma keeps them whole)."""
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     began = time.monotonic()
     checks = select_checks(options.only or [], options.skip or [], options.full)
@@ -258,4 +264,4 @@ def run_node(options: Options, config: NodeConfig) -> Report:
     results = [evaluate(check, gather, profile) for check in checks]
     return Report(host=socket.gethostname(), profile=profile.name, results=results,
                   facts=summary_facts(ctx, profile, gather), thresholds=profile.data, started=started,
-                  duration_s=time.monotonic() - began, version=__version__)
+                  duration_s=time.monotonic() - began, version=__version__), ctx.facts

@@ -2,8 +2,8 @@
 - cluster.history.regression (history/regression.py): a GPU's figure that dropped past the profile's
   `history.regression_drop_pct` below its baseline or its recent median, an error counter that rose since the
   node's last run;
-- cluster.history.repeat_offender (history/offenders.py): a node that failed `history.repeat_offender_failures`
-  separate times within `history.repeat_offender_days`, this run included.
+- cluster.history.repeat_offender (history/offenders.py): a node, or one of its GPUs, that failed
+  `history.repeat_offender_failures` separate times within `history.repeat_offender_days`, this run included.
 Warn, naming the node (and the GPU); never a failure: the node's own checks judge it, this says what its past
 adds. The store is only read here; the run is recorded when it ends (cluster/cli.py)."""
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict
 
-from ...history.offenders import DEFAULT_DAYS, DEFAULT_FAILURES, repeat_failures
-from ...history.records import node_run
-from ...history.regression import DEFAULT_DROP_PCT, DEFAULT_RECENT_RUNS, compare
+from ...history import trends
+from ...history.offenders import DEFAULT_DAYS, DEFAULT_FAILURES, repeat_failures, repeat_gpu_failures
+from ...history.records import NotAReport, node_run, utc
+from ...history.regression import DEFAULT_DROP_PCT, DEFAULT_RECENT_RUNS, compare, followed
 from ...history.store import HistoryError, Store, default_path
 from ...model import Result, Status
 from ..context import ClusterContext, ClusterResult
@@ -51,7 +52,30 @@ def history_stage(ctx: ClusterContext) -> list[Result]:
     except HistoryError as exc:
         return skipped(f"the history store cannot be read: {exc}")
     with store:
+        remember_view(ctx, store)
         return [regression(ctx, store), repeat_offenders(ctx, store)]
+
+
+def remember_view(ctx: ClusterContext, store: Store) -> None:
+    """What the report shows of each node's past: its key figures over its recent runs and this one, and when it
+    last passed a run of active checks (by the store, by what the node kept, or this run)."""
+    started = utc(dt.datetime.now(dt.timezone.utc).isoformat())
+    for name in ctx.checked():
+        report = ctx.nodes[name].report or {}
+        part = node_run(name, report, ctx.nodes[name].status.value, ctx.nodes[name].reason)
+        passes = [trends.last_active_pass(store, name), (report.get("facts") or {}).get("last_active_pass")]
+        if part.status in ("pass", "warn") and any(followed(c, f) for c, f, _, _, _ in part.figures):
+            passes.append(started)
+        ctx.history[name] = {"trends": trends.node_trends(store, part, started),
+                             "last_active_pass": max(filter(None, map(utc_or_none, passes)), default=None)}
+
+
+def utc_or_none(text: object) -> str | None:
+    """A time a node reported, as UTC; None for none or for what is no time (the node's input, not ours)."""
+    try:
+        return utc(text) if text else None
+    except NotAReport:
+        return None
 
 
 def regression(ctx: ClusterContext, store: Store) -> Result:
@@ -84,15 +108,18 @@ def repeat_offenders(ctx: ClusterContext, store: Store) -> Result:
         failures = int(threshold(report, "repeat_offender_failures", DEFAULT_FAILURES))
         days = int(threshold(report, "repeat_offender_days", DEFAULT_DAYS))
         part = node_run(name, report, ctx.nodes[name].status.value, ctx.nodes[name].reason)
-        found = repeat_failures(store, part, now.strftime("%Y-%m-%dT%H:%M:%SZ"), failures, days, now)
-        if found:
-            blamed[name] = (f"repeat offender: failed {len(found)} times in {days} days: "
-                            + ", ".join(f"{f.started[:10]} ({f.what})" for f in found))
-            measured[name] = [asdict(f) for f in found]
+        started = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        found = {name: repeat_failures(store, part, started, failures, days, now),
+                 **repeat_gpu_failures(store, part, started, failures, days, now)}
+        named = [f"{'' if who == name else who + ': '}repeat offender: failed {len(items)} times in {days} days: "
+                 + ", ".join(f"{f.started[:10]} ({f.what})" for f in items) for who, items in found.items() if items]
+        if named:
+            blamed[name] = "; ".join(named)
+            measured.update({who: [asdict(f) for f in items] for who, items in found.items() if items})
     expected = f"fewer than {failures} separate failures in {days} days"
     if blamed:
         return ClusterResult(OFFENDER, Status.WARN, measured, expected,
                              "; ".join(f"{node}: {why}" for node, why in blamed.items()), OFFENDER_REMEDIATION,
                              nodes=blamed)
     return ClusterResult(OFFENDER, Status.PASS, None, expected,
-                         f"no node failed {failures} times in {days} days")
+                         f"no node or GPU failed {failures} times in {days} days")
