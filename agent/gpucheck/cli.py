@@ -218,6 +218,8 @@ def node_report(args: argparse.Namespace) -> int:
     report.facts["last_active_pass"] = kept_reports.last_active_pass(report, active)
     if note := kept_reports.keep(report, render(report, "json"), active):  # the history's copy on the node
         print(f"gpucheck: note: {note}", file=sys.stderr)
+    if note := write_textfile(site.prometheus_textfile, report):
+        print(f"gpucheck: note: {note}", file=sys.stderr)
     # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk)
     code = tell_slurm(args.slurm_node, report) if args.slurm else report.exit_code
     text = render(report, args.format)
@@ -235,6 +237,20 @@ def node_report(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
     print(f"gpucheck node: {counts} — exit {report.exit_code}; report in {args.output}", file=sys.stderr)
     return code
+
+
+def write_textfile(path: str | None, report: Any) -> str | None:
+    """node.yaml's prometheus_textfile: every run's metrics for node_exporter, replaced whole (the collector may
+    read it at any moment). A note when it cannot be written; never a changed verdict."""
+    from .report.node import render
+
+    if not path:
+        return None
+    try:
+        write_atomically(Path(path), render(report, "prometheus"))
+    except OSError as exc:
+        return f"the Prometheus textfile {path} is not written: {exc.strerror or exc}"
+    return None
 
 
 def write_report(output: str, text: str) -> None:

@@ -7,6 +7,7 @@ guarded YAML reader it shares with the profiles.
     stacks:                        # one entry per framework virtualenv, with its frameworks' pins
       tf-horovod: {python: /opt/stacks/tf-horovod/bin/python, frameworks: [tensorflow, horovod],
                    pins: {tensorflow: "2.15.1", horovod: "0.28.1"}}
+    prometheus_textfile: /var/lib/prometheus/node-exporter/gpucheck.prom   # every run's metrics, for node_exporter
 
 A pin is an exact version or a glob ("535.*"); an empty or absent one pins nothing. node/stack/pins.py enforces them.
 """
@@ -58,6 +59,7 @@ class NodeConfig:
     profiles_dir: str | None = None
     stacks: list[Stack] = field(default_factory=list)
     pins: dict[str, str] = field(default_factory=dict)  # SYSTEM_PINS name -> version or glob
+    prometheus_textfile: str | None = None  # each `gpucheck node` run also writes its metrics here
 
 
 def parse_yaml(text: str, label: str) -> Any:
@@ -113,14 +115,25 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
     data = read(target)
     if not isinstance(data, dict):
         raise ConfigError(f"{target} must be a YAML mapping")
-    unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks", "pins"}
+    unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks", "pins", "prometheus_textfile"}
     if unknown:
         raise ConfigError(f"{target}: unknown key(s) {', '.join(sorted(unknown))}")
-    for key in ("profile", "profiles_dir"):
+    for key in ("profile", "profiles_dir", "prometheus_textfile"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{target}: '{key}' must be a string, not {shape(data[key])}")
     return NodeConfig(target, data.get("profile") or "auto", data.get("profiles_dir"),
-                      read_stacks(target, data.get("stacks")), read_pins(target, "pins", data.get("pins"), SYSTEM_PINS))
+                      read_stacks(target, data.get("stacks")), read_pins(target, "pins", data.get("pins"), SYSTEM_PINS),
+                      read_textfile(target, data.get("prometheus_textfile")))
+
+
+def read_textfile(target: Path, value: str | None) -> str | None:
+    """An absolute path ending in .prom (node_exporter's textfile collector reads only those); "" or none: off."""
+    if not value:
+        return None
+    if not value.startswith("/") or not value.endswith(".prom"):
+        raise ConfigError(f"{target}: 'prometheus_textfile' is {shown(value)}: an absolute path ending in .prom, "
+                          "in the directory node_exporter's --collector.textfile.directory names")
+    return value
 
 
 def read(target: Path) -> Any:

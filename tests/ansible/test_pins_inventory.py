@@ -93,6 +93,21 @@ def test_lab_node_is_the_lab_profile_with_what_the_lab_installs(tmp_path) -> Non
     assert [(s.name, s.pins) for s in site.stacks] == [("tf-horovod", {"tensorflow": "2.15.1", "horovod": "0.28.1"})]
 
 
+def test_a_prometheus_textfile_is_written_only_when_asked(tmp_path) -> None:
+    inventory = lab_inventory(tmp_path)
+    assert config.load(write(tmp_path / "default.yaml", render(inventory, "node01"))).prometheus_textfile is None
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    textfile = "/var/lib/prometheus/node-exporter/gpucheck.prom"
+    hosts["all"]["children"]["gpu_nodes"]["hosts"]["node01"] = {"gpucheck_agent_prometheus_textfile": textfile}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    assert config.load(write(tmp_path / "asked.yaml", render(inventory, "node01"))).prometheus_textfile == textfile
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 def test_lab_driver_pin_accepts_what_a_healthy_lab_host_reports() -> None:
     """A lab node's NVML answers the installed libnvidia-ml1's driver version (its scenario ends by reading what
     the stand-in package installs): the pin must be that package's version at the stack's branch."""
