@@ -11,7 +11,7 @@ import copy
 import pytest
 
 from gpucheck.model import Status
-from gpucheck.node import CollectError, bandwidth, gpu, health, host, infiniband, kernel_log, links
+from gpucheck.node import CollectError, bandwidth, gpu, health, host, infiniband, kernel_log, links, per_gpu
 from gpucheck.profiles import load
 
 H100 = load("dgx-h100")
@@ -297,6 +297,45 @@ def test_a_field_error_is_reported_even_when_the_profile_skips_the_check():
     facts = nvml_facts()  # Hopper: page retirement unsupported everywhere but one GPU failed to say
     facts["gpus"][3]["errors"]["retired_pages"] = dict(UNKNOWN)
     assert health.retired_pages({"nvml": facts}, H100).status == Status.ERROR
+
+
+# ---- a remediation names the GPUs it is about and says each action once (per_gpu.for_gpus, distinct_actions)
+
+def test_the_remediation_names_the_faulty_gpu_by_its_index():
+    result = health.ecc_errors(broken(lambda g: g["ecc_errors"].update(volatile_uncorrected=2)), H100)
+    assert result.remediation == ("drain the node and reset the GPU (nvidia-smi -r -i 3) or reboot; if errors "
+                                  "return, open an RMA for the GPU")
+    assert result.remediation.count("drain the node") == 1
+
+
+def test_each_gpu_found_gets_its_own_command_and_each_action_is_said_once():
+    facts = with_unread("ecc_aggregate_uncorrected", {"ecc_errors": {"aggregate_uncorrected": None}}, UNKNOWN)
+    facts["nvml"]["gpus"][3]["ecc_errors"]["volatile_uncorrected"] = 2
+    facts["nvml"]["gpus"][5]["ecc_errors"]["volatile_uncorrected"] = 1
+    text = health.ecc_errors(facts, H100).remediation
+    assert "reset the GPU (nvidia-smi -r -i 3, nvidia-smi -r -i 5) or reboot" in text
+    assert text.count("or reboot") == 1  # the read error's own reset is the same action: said once
+    assert "`nvidia-smi -q -i 3`;" in text and "-q -i 5" not in text  # only GPU3 was not read
+    assert "-i N" not in text
+
+
+def test_every_check_that_gives_a_command_for_the_gpu_names_it():
+    assert "(nvidia-smi -i 3 -e 1) and reset the GPU (nvidia-smi -r -i 3)" in health.ecc_mode(
+        broken(lambda g: g.update(ecc_mode=False)), H100).remediation
+    assert gpu.mig(broken(lambda g: g.update(mig_mode=True)), H100).remediation.startswith("nvidia-smi -i 3 -mig 0")
+    remap = health.row_remap(broken(lambda g: g["remapped_rows"].update(failure=True)), H100).remediation
+    assert remap == ("drain the node; pending: reset the GPU (nvidia-smi -r -i 3) or reboot; failure: open an RMA "
+                     "for the GPU")
+    unread = health.temperature(with_unread("temperature", {"temperature_C": None}, UNKNOWN), H100).remediation
+    assert "`nvidia-smi -q -i 3`" in unread and "(nvidia-smi -r -i 3)" in unread
+
+
+def test_a_hint_without_a_gpu_to_name_is_left_as_it_is_and_repeats_are_dropped():
+    assert per_gpu.for_gpus("reset it (nvidia-smi -r -i N)", []) == "reset it (nvidia-smi -r -i N)"
+    assert per_gpu.for_gpus("`nvidia-smi -q -i N`", [0, 2]) == "`nvidia-smi -q -i 0`, `nvidia-smi -q -i 2`"
+    assert per_gpu.for_gpus("set it (nvidia-smi -pl 700)", [1]) == "set it (nvidia-smi -pl 700)"
+    assert per_gpu.distinct_actions([("a; b (nvidia-smi -i N)", [1]), ("b (nvidia-smi -i N); c", [2])]) == (
+        "a; b (nvidia-smi -i 1, nvidia-smi -i 2); c")
 
 
 def test_not_supported_is_no_error():

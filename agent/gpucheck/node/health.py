@@ -20,8 +20,10 @@ from .per_gpu import (
     thresholds,
 )
 
-RESET_HINT = "drain the node and reset the GPU (nvidia-smi -r -i N) or reboot"
-RMA_HINT = "drain the node and open an RMA for the GPU"
+# "-i N": the GPU a finding is about; per_gpu writes each such GPU's index in its place (for_gpus)
+RESET = "reset the GPU (nvidia-smi -r -i N) or reboot"
+RESET_HINT = f"drain the node and {RESET}"
+RMA_HINT = "open an RMA for the GPU"  # after RESET_HINT or a drain: the node is drained once
 
 
 def ecc_mode(f: dict[str, Any], p: Profile) -> Result:
@@ -40,7 +42,8 @@ def ecc_mode(f: dict[str, Any], p: Profile) -> Result:
 
     return per_gpu("gpu.ecc_mode", nvml, inspect, lambda g: g.get("ecc_mode"),
                    stated(thresholds(p, nvml, "ecc_required")), "ECC enabled",
-                   "enable ECC (nvidia-smi -e 1) and reset the GPU; training without ECC risks silent corruption",
+                   "enable ECC (nvidia-smi -i N -e 1) and reset the GPU (nvidia-smi -r -i N); training without ECC "
+                   "risks silent corruption",
                    fields=("ecc_mode",))
 
 
@@ -105,7 +108,7 @@ def row_remap(f: dict[str, Any], p: Profile) -> Result:
         return Result("gpu.row_remap", Status.SKIP, reason="row remapping not supported by these GPUs")
     return per_gpu("gpu.row_remap", nvml, inspect, lambda g: g.get("remapped_rows"),
                    {"pending": False, "failure": False}, "no row remap pending or failed",
-                   f"pending: {RESET_HINT}; failure: {RMA_HINT}", fields=("remapped_rows",))
+                   f"drain the node; pending: {RESET}; failure: {RMA_HINT}", fields=("remapped_rows",))
 
 
 # HW slowdown and power brake mean the board protects itself (power supply, cooling); thermal

@@ -5,10 +5,14 @@ The one rule for fields NVML could not read (nvml.py keeps a record of each unde
 it, that GPU's finding is `error` naming the GPU, the field, the call and the NVML error (or the
 hang), except the NVML errors that NVIDIA documents as the GPU's own trouble (HARDWARE_ERRORS),
 which are `fail`. NOT_SUPPORTED is no error: the field is None and the check says what that means.
+
+A remediation names the GPUs it is about: a command written for "the GPU" (`nvidia-smi -r -i N`) is given the
+index of each GPU found (`nvidia-smi -r -i 3`), and an action two hints share is said once.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +32,37 @@ HARDWARE_ERRORS = {
 }
 READ_ERROR_HINT = ("NVML could not read the GPU: check `dmesg` for Xid errors and `nvidia-smi -q -i N`; reset the "
                    "GPU (nvidia-smi -r -i N) or reboot; if it persists, drain the node and open an RMA")
+COMMAND = re.compile(r"`?nvidia-smi(?: [^\s()`;,]+)*`?")  # a command (in its backticks) up to a bracket or a separator
+ANY_GPU = re.compile(r"-i N\b")  # a hint's word for "the GPU this is about"
+ACTIONS = "; "  # what separates a hint's actions
+
+
+def for_gpus(hint: str, indices: Sequence[int]) -> str:
+    """The hint with its commands for the GPUs found: `nvidia-smi -r -i N` -> `nvidia-smi -r -i 3`, one command
+    per GPU (`nvidia-smi -r -i 3, nvidia-smi -r -i 5`). Without a GPU to name, as it is."""
+    if not indices:
+        return hint
+
+    def each(command: re.Match[str]) -> str:
+        text = command.group(0)
+        return ", ".join(ANY_GPU.sub(f"-i {i}", text) for i in indices) if ANY_GPU.search(text) else text
+
+    return COMMAND.sub(each, hint)
+
+
+def distinct_actions(hints: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """(hint, the GPUs it is about) in order -> each action once, its commands for its GPUs: an action already
+    said, or said within a longer one (`reset the GPU … or reboot` within `drain the node and reset the GPU …
+    or reboot`), adds its GPUs to that one rather than being said again."""
+    said: list[tuple[str, list[int]]] = []
+    for hint, gpus in hints:
+        for action in (a.strip() for a in hint.split(ACTIONS)):
+            earlier = next((s for s in said if action in s[0]), None)
+            if earlier is None:
+                said.append((action, list(gpus)))
+            else:
+                earlier[1].extend(i for i in gpus if i not in earlier[1])
+    return ACTIONS.join(for_gpus(action, sorted(gpus)) for action, gpus in said if action)
 
 
 def gpu_label(gpu: dict[str, Any]) -> str:
@@ -122,21 +157,23 @@ def per_gpu(
     if not gpus:
         return Result(check, Status.SKIP, expected=expected, reason="no responsive GPU to inspect")
     bad: list[tuple[dict[str, Any], tuple[Status, str]]] = []
-    read_errors = judged = False
+    unread_on: list[int] = []  # the GPUs with a field not read, and those with a finding of their own
+    judged_on: list[int] = []
     for gpu in gpus:
         found = unread(gpu, fields)
-        read_errors = read_errors or bool(found)
+        if found:
+            unread_on.append(gpu["index"])
         finding = inspect(gpu)
         if finding is not None and finding[0] != Status.PASS:
             found.append(finding)
-            judged = True
+            judged_on.append(gpu["index"])
         bad.extend((gpu, f) for f in found)
     measured = {f"GPU{g['index']}": measure(g) for g in gpus}
     if not bad:
         return Result(check, Status.PASS, measured, expected, ok_reason)
     status = worst([f[0] for _, f in bad])
     reason = "; ".join(f"{gpu_label(gpu)}: {f[1]}" for gpu, f in bad)
-    hints = [remediation] if judged and remediation else []
-    if read_errors:
-        hints.append(READ_ERROR_HINT)
-    return Result(check, status, measured, expected, reason, "; ".join(hints))
+    hints = [(remediation, judged_on)] if judged_on and remediation else []
+    if unread_on:
+        hints.append((READ_ERROR_HINT, unread_on))
+    return Result(check, status, measured, expected, reason, distinct_actions(hints))

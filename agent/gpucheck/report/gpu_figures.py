@@ -11,7 +11,7 @@ from typing import Any
 GPU_LABEL = re.compile(r"GPU(\d+)")
 # The unit token of a figure's name -> how it is written. The name's other tokens are its words.
 UNITS = {"TFLOPS": "TFLOP/s", "GBps": "GB/s", "Gbps": "Gb/s", "MBps": "MB/s", "MHz": "MHz", "C": "C", "W": "W",
-         "s": "s", "MiB": "MiB", "GiB": "GiB", "bytes": "bytes"}
+         "s": "s", "seconds": "s", "MiB": "MiB", "GiB": "GiB", "bytes": "bytes"}
 BYTES_PER_GIB = 1024**3
 
 

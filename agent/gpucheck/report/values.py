@@ -1,7 +1,7 @@
 """One-line renderings of a measured or expected value, shared by every report format. Units come from
 names, as the house writes them (`median_Gbps` -> `median 42.31 Gb/s`, `{"free_GiB": {"/": 72.5}}` ->
 `free: / 72.5 GiB`); a name's unit holds for every number under it. Empty parts (`counts: {}`) say nothing
-and are left out."""
+and are left out. `figure` is the one place a figure gets its precision and unit: every rendering goes through it."""
 
 from __future__ import annotations
 
@@ -13,11 +13,21 @@ from .gpu_figures import GPU_LABEL, number_text, words_and_unit
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")  # an identifier with words: median_Gbps
 PER_SECOND = re.compile(r"([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)_per_s")  # samples_per_s -> samples/s
+# names whose words, read in order, say something else than they mean
+READABLE = {"rounds_seconds_each": ("each round", "s")}
+
+
+def figure(value: Any, unit: str = "") -> str:
+    """A figure with its unit: `23.51 Gb/s`, `30560 samples/s` (precision: gpu_figures.number_text); anything that
+    is not a number as it is."""
+    return f"{number_text(value)} {unit}".rstrip()
 
 
 def name_words(name: Any) -> tuple[str, str]:
     """A key's words and unit: `median_Gbps` -> ("median", "Gb/s"), `samples_per_s` -> ("", "samples/s"),
     `/` or `GPU0` or a path -> as it is, no unit."""
+    if name in READABLE:
+        return READABLE[name]
     if not isinstance(name, str) or not NAME.fullmatch(name):
         return str(name), ""
     per_second = PER_SECOND.fullmatch(name)
@@ -48,7 +58,7 @@ def render(value: Any, unit: str = "") -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int | float):
-        return f"{number_text(value)} {unit}".rstrip()
+        return figure(value, unit)
     if isinstance(value, dict):
         return render_mapping(value, unit)
     if isinstance(value, list | tuple):
@@ -71,7 +81,9 @@ def render_mapping(value: dict[Any, Any], unit: str) -> str:
     for key, item in kept.items():
         words, own_unit = name_words(key)
         inner = render(item, own_unit or unit)
-        if words and inner != "-" and (isinstance(item, dict) or isinstance(item, list | tuple) and ", " in inner):
+        if inner == words:  # `{"node01": "node01"}`: the name once
+            parts.append(words)
+        elif words and inner != "-" and (isinstance(item, dict) or isinstance(item, list | tuple) and ", " in inner):
             parts.append(f"{words}: {inner}" if len(kept) == 1 else f"{words} ({inner})")
         else:
             parts.append(f"{words} {inner}".strip())

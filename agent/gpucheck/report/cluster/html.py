@@ -1,42 +1,61 @@
 """The cluster report as report.html: one self-contained page (inline CSS and SVG, no external asset)
-with the verdict banner, the drain list, what to do (each action once), cluster checks, the pair-bandwidth heat
-map, the scaling chart, the GPU burn-in and the nodes. Any value may be odd (a node's text, a figure that is not
-a number): each is escaped and shown as text."""
+with the verdict banner, the drain list, what to do (each action once), what Slurm did, cluster checks, the
+pair-bandwidth heat map, the scaling chart, the GPU burn-in and the nodes. A failed or errored node's results
+are open and every value and evidence is shown whole (a cell wraps, evidence scrolls; nothing is cut). Any value
+may be odd (a node's text, a figure that is not a number): each is escaped and shown as text."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..values import show, unit_of_check
+from ..values import figure, unit_of_check
 from .burnin import burnin_section
 from .drain import render_drain
 from .html_burnin import render_burnin
 from .html_charts import pair_heatmap_svg, scaling_chart_svg
-from .html_parts import COLOURS, CSS, NEUTRAL, badge, esc, tint
+from .html_parts import COLOURS, CSS, NEUTRAL, badge, esc, esc_wrapping, tint
+from .html_values import value_html
+from .scheduler import slurm_lines
 from .training import training_html
 from .wording import (
     CPU_NOTE,
     actions,
     blamed_nodes,
-    collapse_text,
     collapses,
+    cpu_drops,
     dicts,
+    drop_text,
     left_out_nodes,
     measured_pairs,
     node_map,
-    number,
     on_cpu,
     pair_text,
     plural,
     published_scaling,
     scaling_points,
     slow_pairs,
+    speed_text,
     status_of,
     verdict,
 )
 
 # a tile's words after its count: "1 node failed", "3 nodes passed"
 TILE_WORDS = {"pass": "passed", "warn": "warned", "fail": "failed", "skip": "skipped", "error": "could not be checked"}
+OPEN = ("fail", "error")  # statuses whose results and evidence are shown without a click
+
+
+def check_name(check: Any) -> str:
+    """A check id that wraps at its dots, never inside a word."""
+    return "<code>" + esc(check).replace(".", ".<wbr>") + "</code>"
+
+
+def evidence_html(result: dict[str, Any]) -> str:
+    """A result's evidence whole, in a box that scrolls: open on a failure or an error, folded otherwise."""
+    evidence = result.get("evidence")
+    if not evidence or status_of(result) == "pass":
+        return ""
+    state = " open" if status_of(result) in OPEN else ""
+    return f"<details{state}><summary>evidence</summary><pre>{esc(evidence)}</pre></details>"
 
 
 def results_table(results: list[dict[str, Any]]) -> str:
@@ -48,9 +67,10 @@ def results_table(results: list[dict[str, Any]]) -> str:
         note = f'<div class="note">{esc(action)}</div>' if action and action not in said else ""
         said.add(action)
         rows.append(f'<tr style="background:{tint(status_of(r))}"><td>{badge(status_of(r))}</td>'
-                    f'<td><code>{esc(r.get("check", ""))}</code></td>'
-                    f'<td>{esc(show(r.get("measured"), 80, unit_of_check(r.get("check"))))}</td>'
-                    f'<td>{esc(show(r.get("expected"), 50))}</td><td>{esc(r.get("reason", ""))}{note}</td></tr>')
+                    f'<td>{check_name(r.get("check", ""))}</td>'
+                    f'<td>{value_html(r.get("measured"), unit_of_check(r.get("check")), r.get("reason"))}</td>'
+                    f'<td>{value_html(r.get("expected"))}</td>'
+                    f'<td>{esc_wrapping(r.get("reason", ""))}{note}{evidence_html(r)}</td></tr>')
     return ("<table><tr><th>status</th><th>check</th><th>measured</th><th>expected</th><th>reason</th></tr>"
             + "".join(rows) + "</table>")
 
@@ -63,6 +83,15 @@ def what_to_do(doc: dict[str, Any]) -> str:
     rows = "".join(f"<li><b>{esc(action)}</b><div class=\"note\">{esc('; '.join(where))}</div></li>"
                    for action, where in found)
     return f"<h2>What to do</h2><ul>{rows}</ul>"
+
+
+def slurm_section(doc: dict[str, Any]) -> str:
+    """What Slurm did: the launcher, nodes checked over SSH instead, nodes drained, resumed or left."""
+    lines = slurm_lines(doc)
+    if not lines:
+        return ""
+    items = "".join(f"<li><b>{esc(label)}</b>: {esc(text)}</li>" for label, text in lines)
+    return f"<h2>Slurm</h2><ul>{items}</ul>"
 
 
 def pair_section(doc: dict[str, Any]) -> str:
@@ -78,7 +107,7 @@ def pair_section(doc: dict[str, Any]) -> str:
     if left_out:
         notes.append("<b>Left out of this stage</b>: " + esc("; ".join(f"{n} ({why})" for n, why in left_out.items())))
     rows = "".join(f'<tr style="background:{tint(status_of(p))}"><td>{esc(p["a"])}</td><td>{esc(p["b"])}</td>'
-                   f'<td>{esc(number(p["value"]))} {esc(p.get("unit", ""))}</td><td>{badge(status_of(p))}</td></tr>'
+                   f'<td>{esc(figure(p["value"], str(p.get("unit", ""))))}</td><td>{badge(status_of(p))}</td></tr>'
                    for p in pairs)
     return ("<h2>Pair bandwidth</h2>" + pair_heatmap_svg(pairs, list(node_map(doc)), blamed, left_out)
             + "<ul>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
@@ -91,7 +120,8 @@ def scaling_section(doc: dict[str, Any]) -> str:
     points = scaling_points(doc)
     if not points:
         return ""
-    notes = [f"<b>Collapse</b>: {esc(collapse_text(p))}" for p in collapses(points)]
+    notes = [f"<b>Collapse</b>: {esc(speed_text(p))}" for p in collapses(points)]
+    notes += [f"<b>Low efficiency on CPU ranks</b>: {esc(drop_text(p))}" for p in cpu_drops(points)]
     if any(on_cpu(p) for p in points):
         notes.insert(0, f"<b>CPU ranks, not GPUs.</b> {esc(CPU_NOTE)}")
     if not all(on_cpu(p) for p in points):
@@ -100,8 +130,22 @@ def scaling_section(doc: dict[str, Any]) -> str:
             + "".join(f'<p class="note">{n}</p>' for n in notes))
 
 
+def node_detail(node: dict[str, Any], report: dict[str, Any]) -> str:
+    """A node's results that did not pass, or its evidence when it sent no report: open when the node failed or
+    errored, folded when it only warned."""
+    state = " open" if status_of(node) in OPEN else ""
+    bad = [r for r in dicts(report.get("results")) if status_of(r) in ("fail", "error", "warn")]
+    if bad:
+        return (f"<details{state}><summary>{esc(plural(len(bad), 'result'))} not passing</summary>"
+                f"{results_table(bad)}</details>")
+    if node.get("evidence") and not report:
+        return f"<details{state}><summary>evidence</summary><pre>{esc(node['evidence'])}</pre></details>"
+    return ""
+
+
 def nodes_table(doc: dict[str, Any]) -> str:
-    """One row per node: status, reason (its odd results or its evidence folded), counts, profile, driver."""
+    """One row per node: status, reason, counts, profile, driver; under it, across the table, its results that
+    did not pass or its evidence (node_detail)."""
     rows = []
     for host, node in node_map(doc).items():
         node = node if isinstance(node, dict) else {}
@@ -109,18 +153,16 @@ def nodes_table(doc: dict[str, Any]) -> str:
         facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}
         counts = report.get("counts") if isinstance(report.get("counts"), dict) else {}
         tally = " ".join(f"{counts[s]} {s}" for s in ("fail", "error", "warn") if counts.get(s))
-        bad = [r for r in dicts(report.get("results")) if status_of(r) in ("fail", "error", "warn")]
-        detail = ""
-        if bad:
-            detail = f"<details><summary>{len(bad)} result(s)</summary>{results_table(bad)}</details>"
-        elif node.get("evidence") and not report:
-            detail = f"<details><summary>evidence</summary><pre>{esc(node['evidence'])}</pre></details>"
+        background = f'style="background:{tint(status_of(node))}"'
         rows.append(
-            f'<tr style="background:{tint(status_of(node))}"><td><b>{esc(host)}</b>'
+            f'<tr {background}><td><b>{esc(host)}</b>'
             f'<div class="muted">{esc(node.get("address", ""))}</div></td><td>{badge(status_of(node))}</td>'
-            f"<td>{esc(node.get('reason', ''))}{detail}</td><td>{esc(tally)}</td>"
+            f"<td>{esc(node.get('reason', ''))}</td><td>{esc(tally)}</td>"
             f"<td>{esc(facts.get('profile', ''))}</td><td>{esc(facts.get('driver_version') or '')}</td>"
-            f"<td>{esc(number(node.get('wall_s') or 0, '.1f'))}</td></tr>")
+            f"<td>{esc(figure(node.get('wall_s') or 0))}</td></tr>")
+        detail = node_detail(node, report)
+        if detail:
+            rows.append(f'<tr {background}><td></td><td colspan="6">{detail}</td></tr>')
     return ("<table><tr><th>node</th><th>status</th><th>reason</th><th>counts</th><th>profile</th><th>driver</th>"
             "<th>time (s)</th></tr>" + "".join(rows) + "</table>")
 
@@ -131,7 +173,7 @@ def banner(doc: dict[str, Any]) -> str:
     inv = doc.get("inventory") or {}
     return (f'<div class="banner" style="background:{colour}"><h1>gpucheck cluster — {esc(verdict(code))} '
             f"(exit {esc(code)})</h1><small>started {esc(doc.get('started'))} · "
-            f"{esc(number(doc.get('duration_s', 0), '.1f'))} s · {plural(len(node_map(doc)), 'node')} · "
+            f"{esc(figure(doc.get('duration_s', 0), 's'))} · {plural(len(node_map(doc)), 'node')} · "
             "inventory "
             f"{esc(', '.join(map(str, inv.get('sources') or [])))} · pattern "
             f"{esc(inv.get('pattern'))}{' · limit ' + esc(inv['limit']) if inv.get('limit') else ''}</small></div>")
@@ -151,6 +193,7 @@ def render_html(doc: dict[str, Any]) -> str:
     if doc.get("drain"):
         body.append("<h2>Nodes to drain</h2><pre>" + esc(render_drain(doc)) + "</pre>")
     body.append(what_to_do(doc))
+    body.append(slurm_section(doc))
     results = dicts(doc.get("cluster"))
     body.append("<h2>Cluster checks</h2>")
     not_pass = [r for r in results if status_of(r) != "pass"]

@@ -1,21 +1,25 @@
 """The HTML report's inline SVG charts: the node x node pair bandwidth heat map (each cell's value, slow
 pairs outlined, the blamed node framed, nodes left out of the stage hatched and named) and the scaling
-efficiency chart (the published GPU band on GPU runs, a collapse marked, CPU ranks said as such). Cells and
-points are the only <rect> and <circle> elements: the rest is drawn with paths."""
+efficiency chart (the published GPU band on GPU runs, a collapse marked, CPU ranks said as such and never marked
+as a collapse). Every figure with its unit, through values.figure. Cells and points are the only <rect> and
+<circle> elements: the rest is drawn with paths."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from ..gpu_figures import number_text
+from ..values import figure
 from .html_parts import COLOURS, esc
-from .wording import CPU_LABEL, cell_value, collapses, on_cpu, ranks_text, reference_band
+from .wording import CPU_LABEL, collapses, cores_text, cpu_drops, on_cpu, outnumbered, ranks_text, reference_band
 
 PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#bf3989"]  # one colour per scaling job
 HEATMAP_WIDTH = 1100  # px: the page's main column
 CELL_MAX, CELL_MIN = 64, 4  # px
 LABEL_CELL_MIN = 10  # px: smaller cells go without node labels
 VALUE_CELL_MIN = 30  # px: a cell this large prints its value
+UNIT_CELL_MIN = 48  # px: a cell this large prints its unit under its value (the matrix's corner says it always)
 HATCH_CELL_MIN = 16  # px: smaller cells of a node left out are grey, not hatched (the page stays small)
 CHAR_PX = 7  # about one character of the 12 px labels
 BLAMED, LEFT_OUT, MUTED = COLOURS["fail"], "#6e7781", "#57606a"
@@ -118,6 +122,8 @@ def pair_heatmap_svg(pairs: list[dict[str, Any]], order: list[str] | None = None
     frames = "".join(cross(left, top, cell, grid, index[x]) for x in blamed if x in index)
     if frames:
         parts.append(f'<path d="{frames}" fill="none" stroke="{BLAMED}" stroke-width="2.5"/>')
+    if unit:  # the unit of every cell, where the row and column labels meet
+        parts.append(f'<text x="{left - 6}" y="{top - 6}" text-anchor="end" fill="{MUTED}">{esc(unit)}</text>')
     if cell >= LABEL_CELL_MIN:
         for (text, style), x in zip(labels, nodes, strict=True):
             middle = index[x] * cell + cell / 2 + 4
@@ -131,8 +137,8 @@ def pair_heatmap_svg(pairs: list[dict[str, Any]], order: list[str] | None = None
 
 def pair_cells(p: dict[str, Any], places: list[tuple[int, int, str, str]], cell: int, best: float,
                unit: str) -> list[str]:
-    """A pair's two cells (x, y, row node, column node): its colour, its figure when there is room, a thick
-    outline when slow; its tooltip `node01 - node02: 42 Gb/s`."""
+    """A pair's two cells (x, y, row node, column node): its colour, its figure when there is room (its unit under
+    it when there is more), a thick outline when slow; its tooltip `node01 - node02: 42.31 Gb/s`."""
     value, slow = float(p["value"]), p.get("status") in ("fail", "warn")
     colour = ramp(value / best)
     stroke = ' stroke="#1f2328" stroke-width="3"' if slow else ""
@@ -141,11 +147,16 @@ def pair_cells(p: dict[str, Any], places: list[tuple[int, int, str, str]], cell:
     parts = []
     for x, y, a, b in places:
         parts.append(f'<rect x="{x}" y="{y}" width="{cell - 1}" height="{cell - 1}" fill="{colour}"{stroke}>'
-                     f'<title>{esc(a)} - {esc(b)}: {value:g} {esc(unit)}'
+                     f'<title>{esc(a)} - {esc(b)}: {esc(figure(value, unit))}'
                      f'{" (" + esc(p["status"]) + ": slow)" if slow else ""}</title></rect>')
+        below = unit and cell >= UNIT_CELL_MIN
+        middle = y + cell / 2 + (0 if below else 4)
         if cell >= VALUE_CELL_MIN:
-            parts.append(f'<text x="{x + (cell - 1) / 2:g}" y="{y + cell / 2 + 4:g}" text-anchor="middle" '
-                         f'fill="{ink(colour)}" font-size="{size}"{weight}>{esc(cell_value(value))}</text>')
+            parts.append(f'<text x="{x + (cell - 1) / 2:g}" y="{middle:g}" text-anchor="middle" '
+                         f'fill="{ink(colour)}" font-size="{size}"{weight}>{esc(number_text(value))}</text>')
+        if below:
+            parts.append(f'<text x="{x + (cell - 1) / 2:g}" y="{middle + 13:g}" text-anchor="middle" '
+                         f'fill="{ink(colour)}" font-size="10">{esc(unit)}</text>')
     return parts
 
 
@@ -160,19 +171,20 @@ def heatmap_legend(y: int, x: int, best: float, unit: str, marks: str) -> str:
     step = 160 / RAMP_STEPS
     bar = "".join(f'<path d="M{x + i * step:g} {y}h{step:g}v10h{-step:g}z" fill="{ramp((i + 0.5) / RAMP_STEPS)}"/>'
                   for i in range(RAMP_STEPS))
-    return (bar + f'<text x="{x}" y="{y + 24}">0</text><text x="{x + 160}" y="{y + 24}" text-anchor="end">'
-            f"{best:g} {esc(unit)}</text>"
-            f'<text x="{x + 172}" y="{y + 9}">colour: share of the best pair ({best:g} {esc(unit)})</text>'
+    return (bar + f'<text x="{x}" y="{y + 24}">{esc(figure(0, unit))}</text>'
+            f'<text x="{x + 160}" y="{y + 24}" text-anchor="end">{esc(figure(best, unit))}</text>'
+            f'<text x="{x + 172}" y="{y + 9}">colour: share of the best pair ({esc(figure(best, unit))})</text>'
             f'<text x="{x}" y="{y + 42}">{esc(marks)}</text>')
 
 
 def scaling_chart_svg(points: list[dict[str, Any]]) -> str:
     """Scaling efficiency against rank count (log2 axis), one line per job, the ideal at 100%; on GPU runs
-    the band of the published GPU figures; a point below half of ideal marked as a collapse."""
+    the band of the published GPU figures; a GPU point below half of ideal marked as a collapse, a CPU-rank one
+    only labelled (with its cores where its ranks outnumber them)."""
     points = [p for p in points if p.get("gpus") and p.get("efficiency") is not None]
     if not points:
         return ""
-    width, height, left, bottom, top, right = 760, 320, 50, 44, 30, 230
+    width, height, left, bottom, top, right = 760, 320, 66, 44, 30, 230
     max_gpus = max(p["gpus"] for p in points)
     span = max(1.0, math.log2(max_gpus))
     top_eff = max(1.1, max(p["efficiency"] for p in points) + 0.05)
@@ -204,6 +216,9 @@ def scaling_chart_svg(points: list[dict[str, Any]]) -> str:
               f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#57606a"/>']
     for eff in (0, 0.25, 0.5, 0.75, 1.0):
         parts.append(f'<text x="{left - 6}" y="{y(eff) + 4:.1f}" text-anchor="end">{eff:.0%}</text>')
+    middle = (top + height - bottom) / 2
+    parts.append(f'<text x="16" y="{middle:.0f}" transform="rotate(-90 16 {middle:.0f})" text-anchor="middle">'
+                 "scaling efficiency (% of ideal)</text>")
     for gpus in sorted({p["gpus"] for p in points} | {1}):
         parts.append(f'<text x="{x(gpus):.1f}" y="{height - bottom + 16}" text-anchor="middle">{gpus}</text>')
     axis = "GPUs" if not any(cpu.values()) else "CPU ranks" if all(cpu.values()) else "GPUs or CPU ranks"
@@ -216,21 +231,28 @@ def scaling_chart_svg(points: list[dict[str, Any]]) -> str:
         for p in pts:
             tip = f"{label}: {ranks_text(p)}, {p['efficiency']:.0%}"
             if p.get("throughput") is not None:
-                tip += f", {p['throughput']:g} {p.get('unit', '')}"
+                tip += f", {figure(p['throughput'], str(p.get('unit', '')))}"
             parts.append(f'<circle cx="{x(p["gpus"]):.1f}" cy="{y(p["efficiency"]):.1f}" r="4" fill="{colour}">'
                          f"<title>{esc(tip)}</title></circle>")
-        for p in collapses(pts):
-            parts.append(collapse_mark(x(p["gpus"]), y(p["efficiency"]), p["efficiency"], cpu[label]))
+        parts += [collapse_mark(x(p["gpus"]), y(p["efficiency"]), p["efficiency"]) for p in collapses(pts)]
+        parts += [drop_label(x(p["gpus"]), y(p["efficiency"]), p) for p in cpu_drops(pts)]
         shown = label if not cpu[label] or CPU_LABEL in label else f"{label} {CPU_LABEL}"
         parts.append(f'<rect x="{width - right + 8}" y="{top + 60 + i * 18}" width="10" height="10" fill="{colour}"/>'
                      f'<text x="{width - right + 22}" y="{top + 69 + i * 18}">{esc(shown)}</text>')
     return "".join(parts) + "</svg>"
 
 
-def collapse_mark(cx: float, cy: float, efficiency: float, cpu: bool) -> str:
-    """A cross over the point and `collapse: 3%` beside it (grey on CPU ranks: plumbing, not GPU speed)."""
-    colour = MUTED if cpu else BLAMED
-    return (f'<path d="M{cx - 8:.1f} {cy - 8:.1f}l16 16m0 -16l-16 16" stroke="{colour}" stroke-width="2.5" '
-            f'fill="none"/><text x="{cx - 10:.1f}" y="{cy - 12:.1f}" text-anchor="end" fill="{colour}" '
+def collapse_mark(cx: float, cy: float, efficiency: float) -> str:
+    """A cross over a GPU point and `collapse: 41% of ideal` beside it."""
+    return (f'<path d="M{cx - 8:.1f} {cy - 8:.1f}l16 16m0 -16l-16 16" stroke="{BLAMED}" stroke-width="2.5" '
+            f'fill="none"/><text x="{cx - 10:.1f}" y="{cy - 12:.1f}" text-anchor="end" fill="{BLAMED}" '
             'font-weight="700">'
             f"collapse: {efficiency:.0%} of ideal</text>")
+
+
+def drop_label(cx: float, cy: float, point: dict[str, Any]) -> str:
+    """A CPU-rank point's low efficiency in grey words right of it (clear of its line), no cross: `4% of ideal`,
+    and under it `3 ranks on 2 CPU cores` where the ranks outnumber their cores."""
+    lines = [f"{point['efficiency']:.0%} of ideal"] + ([cores_text(point)] if outnumbered(point) else [])
+    return "".join(f'<text x="{cx + 10:.1f}" y="{cy - 4 + 14 * i:.1f}" fill="{MUTED}">{esc(line)}</text>'
+                   for i, line in enumerate(lines))

@@ -1,9 +1,10 @@
 """What the HTML page and its SVG charts share: the stylesheet (inline: the page has no external
-asset), the status colours and row tints, escaping, the status badge."""
+asset), the status colours and row tints, escaping (and long tokens that may wrap), the status badge."""
 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "error": "#8250df", "skip": "#6e7781",
@@ -11,6 +12,9 @@ COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "error": "#8
 TINTS = {"pass": "#dafbe1", "warn": "#fff8c5", "fail": "#ffebe9", "error": "#fbefff", "skip": "#f6f8fa",
          "pending": "#f6f8fa"}
 NEUTRAL = "#6e7781"  # a status with no colour of its own
+# An unbroken run this long (a hash, a path) is no word: it may wrap anywhere, so its cell never grows past the
+# page. Words wrap at spaces, never inside.
+LONG_TOKEN = re.compile(r"\S{24,}")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1f2328;background:#fff}
@@ -28,6 +32,8 @@ code,pre{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
 pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:240px;white-space:pre-wrap}
 details{margin:2px 0}summary{cursor:pointer}
 .muted{color:#6e7781}.note{font-size:12px;color:#57606a}
+.kv{list-style:none;margin:0;padding:0}.kv .k{color:#57606a}
+.token{overflow-wrap:anywhere}
 svg{font:12px system-ui,sans-serif;fill:#1f2328;max-width:100%;height:auto}  /* inherited: a chart's own fill wins */
 """
 
@@ -35,6 +41,15 @@ svg{font:12px system-ui,sans-serif;fill:#1f2328;max-width:100%;height:auto}  /* 
 def esc(value: Any) -> str:
     """Any value as text safe in an element or a quoted attribute."""
     return html.escape(str(value), quote=True)
+
+
+def esc_wrapping(value: Any) -> str:
+    """Escaped text whose long unbroken tokens may wrap anywhere (LONG_TOKEN); the rest wraps at spaces."""
+    text, parts, last = str(value), [], 0
+    for token in LONG_TOKEN.finditer(text):
+        parts += [esc(text[last:token.start()]), f'<span class="token">{esc(token.group())}</span>']
+        last = token.end()
+    return "".join(parts) + esc(text[last:])
 
 
 def tint(status: str) -> str:

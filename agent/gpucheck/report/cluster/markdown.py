@@ -1,7 +1,7 @@
-"""The cluster report as report.md: the verdict, the drain list, what to do (each action once), what did not
-pass, nodes, the GPU burn-in, the pair-bandwidth matrix (slow pairs, the blamed node and nodes left out marked),
-scaling (CPU ranks said as such; a collapse named). Any value may be odd (a node's text, a figure that is not a
-number): each is shown as text in its cell."""
+"""The cluster report as report.md: the verdict, the drain list, what to do (each action once), what Slurm did,
+what did not pass, nodes, the GPU burn-in, the pair-bandwidth matrix (slow pairs, the blamed node and nodes left
+out marked), scaling (CPU ranks said as such, never called a collapse; a GPU collapse named). Any value may be odd
+(a node's text, a figure that is not a number): each is shown as text in its cell."""
 
 from __future__ import annotations
 
@@ -9,18 +9,20 @@ import re
 from typing import Any
 
 from ..gpu_figures import number_text
+from ..values import figure
 from .burnin import burnin_section, heading, reference_text, share
 from .drain import render_drain
+from .scheduler import slurm_lines
 from .training import training_lines
 from .wording import (
     CPU_LABEL,
     CPU_NOTE,
     actions,
     blamed_nodes,
-    cell_value,
-    collapse_text,
     collapses,
     counts_text,
+    cpu_drops,
+    drop_text,
     left_out_nodes,
     measured_pairs,
     node_map,
@@ -30,6 +32,7 @@ from .wording import (
     published_scaling,
     scaling_points,
     slow_pairs,
+    speed_text,
     status_of,
     verdict,
 )
@@ -105,7 +108,7 @@ def matrix_lines(pairs: list[dict[str, Any]], nodes: list[str], blamed: dict[str
     measured empty, a node left out `—` across its row and column."""
     value = {}
     for p in pairs:
-        text = cell_value(p["value"])
+        text = number_text(p["value"])
         text = f"**{text} slow**" if p.get("status") in ("fail", "warn") else text
         value[(str(p["a"]), str(p["b"]))] = value[(str(p["b"]), str(p["a"]))] = text
 
@@ -134,7 +137,7 @@ def pair_lines(doc: dict[str, Any]) -> list[str]:
         lines += matrix_lines(pairs, nodes, blamed, left_out) + [""]
     else:
         lines += ["| a | b | value | status |", "|---|---|---|---|"]
-        lines += [f"| {_cell(p['a'])} | {_cell(p['b'])} | {number(p['value'])} {_cell(p.get('unit', ''))} "
+        lines += [f"| {_cell(p['a'])} | {_cell(p['b'])} | {_cell(figure(p['value'], str(p.get('unit', ''))))} "
                   f"| {_cell(p.get('status', ''))} |" for p in pairs] + [""]
     slow = slow_pairs(pairs)
     lines.append("- Slow pairs: " + _cell(", ".join(pair_text(p) for p in slow)) if slow else "- No slow pair.")
@@ -157,9 +160,11 @@ def scaling_lines(doc: dict[str, Any]) -> list[str]:
     for s in points:
         label = str(s.get("label"))
         label += f" {CPU_LABEL}" if on_cpu(s) and CPU_LABEL not in label else ""
-        lines.append(f"| {_cell(label)} | {_cell(s.get('gpus'))} | {number(s.get('throughput'))} "
-                     f"{_cell(s.get('unit', ''))} | {number(s.get('efficiency'), '.0%')} |")
-    lines += [""] + [f"- **Collapse**: {_cell(collapse_text(p))}" for p in collapses(points)]
+        throughput = figure(s.get("throughput"), str(s.get("unit", "")))
+        lines.append(f"| {_cell(label)} | {_cell(s.get('gpus'))} | {_cell(throughput)} | "
+                     f"{number(s.get('efficiency'), '.0%')} |")
+    lines += [""] + [f"- **Collapse**: {_cell(speed_text(p))}" for p in collapses(points)]
+    lines += [f"- **Low efficiency on CPU ranks**: {_cell(drop_text(p))}" for p in cpu_drops(points)]
     if not all(cpu):
         lines.append(f"- Published GPU scaling: {published_scaling()}.")
     return lines
@@ -172,7 +177,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines += ["**Incomplete**: this report was written before the run ended.", ""]
     inv = doc.get("inventory") or {}
     counts = doc.get("counts") or {}
-    lines += [f"- started {doc.get('started')}, {number(doc.get('duration_s', 0), '.1f')} s",
+    lines += [f"- started {doc.get('started')}, {figure(doc.get('duration_s', 0), 's')}",
               f"- inventory {_cell(', '.join(map(str, inv.get('sources') or [])))}, pattern {_code(inv.get('pattern'))}"
               + (f", limit {_code(inv.get('limit'))}" if inv.get("limit") else ""),
               f"- nodes: {counts_text(counts.get('nodes'))}; cluster checks: {counts_text(counts.get('cluster'))}",
@@ -180,6 +185,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if doc.get("drain"):
         lines += ["## Nodes to drain", "", "```"] + render_drain(doc).replace("```", "'''").splitlines() + ["```", ""]
     lines += what_to_do_lines(doc)
+    slurm = slurm_lines(doc)
+    if slurm:
+        lines += ["## Slurm", ""] + [f"- {_cell(label)}: {_cell(text)}" for label, text in slurm] + [""]
     results = _items(doc, "cluster")
     not_pass = [r for r in results if status_of(r) != "pass"]
     lines += ["## Cluster checks", ""]
@@ -192,7 +200,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for host, node in node_map(doc).items():
         node = node if isinstance(node, dict) else {}
         lines.append(f"| {_cell(host)} | {_cell(node.get('address', ''))} | {_cell(status_of(node).upper())} | "
-                     f"{_cell(node.get('reason', ''))} | {number(node.get('wall_s') or 0, '.1f')} |")
+                     f"{_cell(node.get('reason', ''))} | {_cell(figure(node.get('wall_s') or 0))} |")
     burnin = burnin_section(doc)
     if burnin:
         lines += burnin_lines(burnin)

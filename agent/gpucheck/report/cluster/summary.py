@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..values import figure
 from .burnin import burnin_section, heading
 from .drain import one_line
 from .training import training_summary
@@ -34,7 +35,7 @@ def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10)
     nodes = node_map(doc)
     counts = doc.get("counts") or {}
     lines = ["", f"gpucheck cluster: {len(nodes)} node(s): {counts_text(counts.get('nodes'))}; "
-                 f"cluster checks: {counts_text(counts.get('cluster'))} ({number(doc.get('duration_s', 0), '.1f')} s)"]
+                 f"cluster checks: {counts_text(counts.get('cluster'))} ({figure(doc.get('duration_s', 0), 's')})"]
     bad = [(h, n) for h, n in nodes.items() if status_of(n) not in ("pass", "skip")]
     for host, node in bad[:limit]:
         reason = node.get("reason", "") if isinstance(node, dict) else node

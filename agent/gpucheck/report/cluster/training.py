@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..values import figure
 from .html_parts import badge, esc
 from .wording import dicts, finite, number, plural
 
@@ -24,7 +25,8 @@ def title(training: dict[str, Any]) -> str:
 
 
 def _figure(value: Any) -> str:
-    return f"{value:,.0f}" if finite(value) else "—"
+    """A figure as every part of the report writes it (values.figure), its unit in the column's heading."""
+    return figure(value) if finite(value) else "—"
 
 
 def _fraction(value: Any) -> str:
