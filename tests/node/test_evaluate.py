@@ -328,6 +328,10 @@ def test_every_check_that_gives_a_command_for_the_gpu_names_it():
                      "for the GPU")
     unread = health.temperature(with_unread("temperature", {"temperature_C": None}, UNKNOWN), H100).remediation
     assert "`nvidia-smi -q -i 3`" in unread and "(nvidia-smi -r -i 3)" in unread
+    no_bus = with_unread("pci_bus_id", {"pci_bus_id": None}, UNKNOWN)
+    no_bus["pci_gpus"] = {"gpus": [{"address": f"0000:{0x18 + i:02x}:00.0", "driver": "nvidia"} for i in range(8)]}
+    counted = gpu.count(no_bus, load("generic")).remediation  # its bus id unread: NVML and the bus cannot be matched
+    assert "`nvidia-smi -q -i 3`" in counted and "(nvidia-smi -r -i 3)" in counted and "-i N" not in counted
 
 
 def test_a_hint_without_a_gpu_to_name_is_left_as_it_is_and_repeats_are_dropped():

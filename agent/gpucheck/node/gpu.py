@@ -17,6 +17,7 @@ from .per_gpu import (
     any_unread,
     asks,
     field_error,
+    for_gpus,
     gpu_label,
     live_gpus,
     per_gpu,
@@ -74,7 +75,8 @@ def count(f: dict[str, Any], p: Profile) -> Result:
     unread_bus = [(g, f) for g in live_gpus(nvml) for f in unread(g, ("pci_bus_id",))]
     if unread_bus and (f.get("pci_gpus") or {}).get("gpus"):  # NVML's GPUs cannot all be matched with the bus
         return Result("gpu.count", worst([f[0] for _, f in unread_bus]), alive, shown_expected,
-                      "; ".join(f"{gpu_label(g)}: {f[1]}" for g, f in unread_bus), READ_ERROR_HINT)
+                      "; ".join(f"{gpu_label(g)}: {f[1]}" for g, f in unread_bus),
+                      for_gpus(READ_ERROR_HINT, sorted({g["index"] for g, _ in unread_bus})))
     if expected is None:
         return Result("gpu.count", Status.PASS, alive, shown_expected, f"{alive} GPU(s) visible to NVML")
     return Result("gpu.count", Status.PASS, alive, expected, f"{alive} GPUs visible")
@@ -113,7 +115,8 @@ def sku_models(f: dict[str, Any], found: dict[str, str | None]) -> Result:
     unread_names = [(g, finding) for g in gpus for finding in unread(g, ("name",))]
     if unread_names:  # a name NVML did not give is never a pass, whatever the bus says the GPU is
         return Result("gpu.model", worst([finding[0] for _, finding in unread_names]), measured, None,
-                      "; ".join(f"{gpu_label(g)}: {finding[1]}" for g, finding in unread_names), READ_ERROR_HINT)
+                      "; ".join(f"{gpu_label(g)}: {finding[1]}" for g, finding in unread_names),
+                      for_gpus(READ_ERROR_HINT, sorted({g["index"] for g, _ in unread_names})))
     if len(groups) == 1 and all(measured.values()):
         return Result("gpu.model", Status.PASS, measured, None,
                       f"every GPU is {next(iter(groups))}, judged against its entry in the SKU table")

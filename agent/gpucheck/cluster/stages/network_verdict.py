@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import Status
+from ...report.values import figure
 from ..context import ClusterContext, ClusterResult, Options
 from ..nodes import Participants
 from .pair_bandwidth import UNIT, Measured, Plan
@@ -49,7 +50,8 @@ class Survey:
 
 
 def fmt(value: float) -> str:
-    return f"{value:.3g}"
+    """As the report shows every figure (report/values.py: one precision per figure, wherever it appears)."""
+    return figure(value)
 
 
 def fill_pairs(ctx: ClusterContext, survey: Survey) -> None:

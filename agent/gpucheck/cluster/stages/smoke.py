@@ -23,6 +23,7 @@ from typing import Any
 
 from ...model import Result, Status
 from ...references import REFERENCES
+from ...report.values import figure
 from ...workloads import launch
 from ...workloads.results import judge_ps, judge_smoke, parse_results, scaling
 from .. import jobs
@@ -211,7 +212,7 @@ def _num(value: Any) -> str:
 
 
 def _tp(value: float | None) -> str:
-    return f"{value:.4g} {UNIT}" if value is not None else "no throughput"
+    return figure(value, UNIT) if value is not None else "no throughput"
 
 
 def _reference_text() -> str:

@@ -8,6 +8,7 @@ import statistics
 from typing import Any
 
 from ...model import Status
+from ...report.values import figure
 from ..context import ClusterResult
 
 PREFIX = "cluster.straggler."
@@ -47,7 +48,7 @@ def find(figures: dict[str, dict[str, float]], fraction: float) -> list[ClusterR
         floor = fraction * median
         slow = {node: value for node, value in sorted(values.items(), key=lambda kv: kv[1]) if value < floor}
         check = PREFIX + metric
-        expected = f">= {floor:.4g} ({fraction:g} x median {median:.4g})"
+        expected = f">= {figure(floor)} ({fraction:g} x median {figure(median)})"
         if not slow:
             results.append(ClusterResult(check, Status.PASS, dict(values), expected,
                                          f"all {len(values)} nodes within {fraction:g} of the median {median:.4g}"))

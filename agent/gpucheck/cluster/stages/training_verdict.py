@@ -12,6 +12,7 @@ from typing import Any
 
 from ... import skus
 from ...model import Result, Status
+from ...report.values import figure
 from ...workloads.training_results import efficiency, fleet_median
 from ..context import ClusterContext, ClusterResult
 from ..nodes import threshold
@@ -69,11 +70,11 @@ def judge(ctx: ClusterContext, check: str, name: str, model: Model, gpus: bool, 
         text_every = ""
     slow = [r for r in rows if r["status"] == "warn"]
     status = Status.FAIL if failed or text_every else Status.WARN if slow else Status.PASS
-    text = f"{what}: " + "; ".join(f"{t['run']} {t['images_per_s']:,.0f} {UNIT}" for t in table
+    text = f"{what}: " + "; ".join(f"{t['run']} {figure(t['images_per_s'])} {UNIT}" for t in table
                                    if t["images_per_s"] is not None)
     medians = sorted({(r["sku"], r["fleet_median"]) for r in rows if r["fleet_median"]})
     if medians and len(rows) > 1:
-        text += "; fleet median per GPU " + ", ".join(f"{m:,.0f} ({sku})" for sku, m in medians)
+        text += "; fleet median per GPU " + ", ".join(f"{figure(m)} ({sku})" for sku, m in medians)
     problems = [r["why"] for r in rows if r["status"] in ("fail", "warn")]
     if problems:
         text = text_every + "; ".join(problems[:8]) + " — " + text
@@ -154,12 +155,12 @@ def node_rows(ctx: ClusterContext, name: str, model: Model, gpus: bool, per_gpu:
                "reference": reference, "of_reference": round(value / reference, 3) if value and reference else None,
                "status": "pass", "why": ""}
         if row["of_reference"] is not None and row["of_reference"] < floor:
-            row.update(status="fail", why=f"{node} trains at {value:,.0f} {UNIT} per GPU, {row['of_reference']:.2f} x "
-                                          f"the published {reference:,} for the {sku.name if sku else key} (minimum "
-                                          f"{floor:g} x)")
+            row.update(status="fail", why=f"{node} trains at {figure(value)} {UNIT} per GPU, {row['of_reference']:.2f}"
+                                          f" x the published {figure(reference)} for the {sku.name if sku else key} "
+                                          f"(minimum {floor:g} x)")
         elif row["of_median"] is not None and row["of_median"] < fraction:
-            row.update(status="warn", why=f"{node} trains at {value:,.0f} {UNIT} per GPU, {row['of_median']:.2f} x "
-                                          f"the fleet median {median:,.0f} of its SKU (below {fraction:g} x)")
+            row.update(status="warn", why=f"{node} trains at {figure(value)} {UNIT} per GPU, {row['of_median']:.2f} x "
+                                          f"the fleet median {figure(median)} of its SKU (below {fraction:g} x)")
         rows.append(row)
     return rows
 

@@ -1,8 +1,8 @@
-"""The cluster report as report.html: one self-contained page (inline CSS and SVG, no external asset)
-with the verdict banner, the drain list, what to do (each action once), what Slurm did, cluster checks, the
-pair-bandwidth heat map, the scaling chart, the GPU burn-in and the nodes. A failed or errored node's results
-are open and every value and evidence is shown whole (a cell wraps, evidence scrolls; nothing is cut). Any value
-may be odd (a node's text, a figure that is not a number): each is escaped and shown as text."""
+"""The cluster report as report.html: one self-contained page (inline CSS and SVG, no external asset) with the
+verdict banner, the drain list, what to do (each action once), what Slurm did, cluster checks, the pair-bandwidth
+heat map, the scaling chart, the GPU burn-in, each node against its past and the nodes. A failed or errored
+node's results are open and every value and evidence is shown whole (a cell wraps, evidence scrolls; nothing is
+cut). Any value may be odd (a node's text, a figure that is not a number): each is escaped and shown as text."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .burnin import burnin_section
 from .drain import render_drain
 from .html_burnin import render_burnin
 from .html_charts import pair_heatmap_svg, scaling_chart_svg
+from .html_history import history_section
 from .html_parts import COLOURS, CSS, NEUTRAL, badge, esc, esc_wrapping, tint
 from .html_values import value_html
 from .scheduler import slurm_lines
@@ -207,6 +208,7 @@ def render_html(doc: dict[str, Any]) -> str:
     burnin = burnin_section(doc)
     if burnin:
         body.append(render_burnin(burnin))
+    body.append(history_section(doc))
     body.append("<h2>Nodes</h2>" + nodes_table(doc))
     body.append(f'<p class="note">gpucheck {esc(doc.get("gpucheck_version", ""))} · written {esc(doc.get("written"))}'
                 " · everything is in report.json</p></main>")

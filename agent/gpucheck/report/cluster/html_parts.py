@@ -34,6 +34,8 @@ details{margin:2px 0}summary{cursor:pointer}
 .muted{color:#6e7781}.note{font-size:12px;color:#57606a}
 .kv{list-style:none;margin:0;padding:0}.kv .k{color:#57606a}
 .token{overflow-wrap:anywhere}
+.trend{display:inline-flex;align-items:center;gap:8px;margin:0 20px 4px 0}.trend-name{min-width:14em}
+.trend-range{font-size:12px;color:#57606a}
 svg{font:12px system-ui,sans-serif;fill:#1f2328;max-width:100%;height:auto}  /* inherited: a chart's own fill wins */
 """
 
