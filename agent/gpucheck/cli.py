@@ -4,16 +4,14 @@ exit 3. `gpucheck.main` puts them beside `gpucheck cluster` under one parser."""
 from __future__ import annotations
 
 import argparse
-import errno
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from . import config, netbench, profiles
 from .cli_types import EXIT_CODES_HELP, Bounded, Parser, fail, port, seconds
-from .files import read_file, write_atomically
+from .files import read_file, write_atomically, write_output
 from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from .node.kernel_log import XID_LOOKBACK_S
 
@@ -182,7 +180,7 @@ def replace_stale_output(args: argparse.Namespace, why: str) -> None:
     report = Report(host=socket.gethostname(), profile=args.profile or "not chosen", results=[stopped],
                     started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), version=__version__)
     try:
-        write_report(args.output, render(report, args.format))
+        write_output(args.output, render(report, args.format))
     except OSError as exc:
         print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
 
@@ -227,7 +225,7 @@ def node_report(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return code
     try:
-        write_report(args.output, text)
+        write_output(args.output, text)
     except OSError as exc:
         if not args.slurm:
             fail(f"cannot write {args.output}: {exc.strerror or exc}")
@@ -251,18 +249,6 @@ def write_textfile(path: str | None, report: Any) -> str | None:
     except OSError as exc:
         return f"the Prometheus textfile {path} is not written: {exc.strerror or exc}"
     return None
-
-
-def write_report(output: str, text: str) -> None:
-    """--output: the report, atomically; an OSError says why not."""
-    if output.endswith("/"):  # Path() drops the slash that says "a directory"
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-    path = Path(output)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:  # a file where a directory must be
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
-    write_atomically(path, text)
 
 
 def tell_slurm(node: str | None, report: Any) -> int:

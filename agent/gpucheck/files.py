@@ -110,6 +110,19 @@ def write_atomically(path: Path, text: str | bytes) -> None:
         raise
 
 
+def write_output(output: str | os.PathLike, text: str | bytes) -> None:
+    """A file the user named (--output, -o): its folders made, then written atomically (write_atomically). A name
+    ending in "/" names a directory, not a file. Raises OSError, whose strerror says why."""
+    if str(output).endswith("/"):  # Path() drops the slash that says "a directory"
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file where a directory must be
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
+    write_atomically(path, text)
+
+
 def planted_link(path: Path, max_links: int = 40) -> str | None:
     """The first symbolic link on the way to `path` that someone other than us made in a directory others (its
     group, or everyone) can write, or None. Every link met while resolving is looked at, directories included."""

@@ -32,6 +32,12 @@ def worst(statuses: Iterable[Status]) -> Status:
 
 # Monitoring convention (Nagios/Icinga plugins, Slurm health checks).
 EXIT_OK, EXIT_WARN, EXIT_FAIL, EXIT_UNKNOWN = 0, 1, 2, 3
+VERDICT_OF_EXIT = {EXIT_OK: "pass", EXIT_WARN: "warn", EXIT_FAIL: "fail", EXIT_UNKNOWN: "error"}
+
+
+def verdict_of_exit(code: object) -> str:
+    """A run's verdict by its exit code (a kept report's name, a history record); anything else is an error."""
+    return VERDICT_OF_EXIT.get(code, "error") if isinstance(code, int) and not isinstance(code, bool) else "error"
 
 
 def truncate(text: str | None, limit: int = EVIDENCE_MAX_CHARS) -> str:

@@ -81,8 +81,7 @@ def unpack(archive: Path) -> dict[str, bytes]:
 
 
 def test_the_archive_holds_every_field_an_rma_asks_for(node04, tmp_path):
-    archive = tmp_path / "out" / "rma-node04-gpu3.tar.gz"
-    archive.parent.mkdir()
+    archive = tmp_path / "out" / "rma-node04-gpu3.tar.gz"  # its folder is made, as for gpucheck node --output
     done = run_gpucheck(["rma", "0000:5d:00.0", "-o", str(archive)], node04)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(archive)
@@ -136,10 +135,12 @@ def test_what_cannot_be_had_is_named_and_the_archive_still_written(node04, tmp_p
 @pytest.mark.parametrize(("args", "says"), [
     (["9"], "no GPU of this node is '9' (an index, a UUID, a PCI bus id or a serial number): it has GPU0 ("),
     (["3", "-o", "{tmp}"], "is a directory: name the archive's file"),
-    (["3", "-o", "{tmp}/no/such/dir/a.tar.gz"], "cannot write {tmp}/no/such/dir/a.tar.gz: No such file or directory"),
+    (["3", "-o", "{tmp}/new/"], "{tmp}/new/ is a directory: name the archive's file"),
+    (["3", "-o", "{tmp}/a-file/a.tar.gz"], "cannot write {tmp}/a-file/a.tar.gz: Not a directory"),
 ])
 def test_bad_input_is_one_line_and_exit_3_and_leaves_nothing(node04, tmp_path, args, says):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    (tmp_path / "a-file").write_text("a file where a folder is named")
     done = run_gpucheck(["rma", *args, "--no-bug-report"], node04)
     assert done.returncode == 3
     [line] = [x for x in done.stderr.splitlines() if x.startswith("gpucheck: error:")]

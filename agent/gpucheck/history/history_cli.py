@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cli_types import Bounded, Parser, fail
-from ..files import write_atomically
+from ..files import write_output
 from ..model import EXIT_OK, EXIT_UNKNOWN
 from . import queries
 from .diff import number
@@ -100,7 +100,7 @@ def add_parser(sub: Any) -> None:
     export.add_argument("--format", choices=("csv", "json"), default="csv", help="(default: %(default)s)")
     export.add_argument("--node", help="only this node's figures")
     export.add_argument("--since", type=since, metavar="WHEN", help="only runs since: 7d, 12h or an ISO date")
-    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here (default: standard output)")
+    export.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
 
 
 def open_store(args: argparse.Namespace, create: bool) -> Store:
@@ -221,7 +221,7 @@ def do_export(store: Store, args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return EXIT_OK
     try:
-        write_atomically(args.output, text)
+        write_output(args.output, text)
     except OSError as exc:
         fail(f"cannot write {args.output}: {exc.strerror or exc}")
     print(f"history: {len(rows)} figure(s) written to {args.output}", file=sys.stderr)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..model import verdict_of_exit
 from .diff import node_reports, versions
 
 CLUSTER = ""  # the node name a cluster run's own checks are kept under: no inventory host has an empty name
@@ -19,7 +20,6 @@ NODE_GPU = -1  # the GPU index of a figure that is the node's, not one GPU's
 GPU_KEY = re.compile(r"GPU(\d{1,4})")  # how a report names one GPU in a check's measured values
 # name tokens that say a figure's unit (gpu.burn TFLOPS_median: TFLOPS; temperature_C_max: C), last one first
 UNITS = ("TFLOPS", "GBps", "Gbps", "MBps", "MHz", "GiB", "MiB", "W", "C", "s", "ms", "pct")
-STATUS_OF_EXIT = {0: "pass", 1: "warn", 2: "fail", 3: "error"}
 # whose measured values are measurements: a skip may be "measured, not judged" (a GPU the SKU table does not know);
 # an error's are what was read before the check could not go on
 MEASURED = ("pass", "warn", "fail", "skip")
@@ -129,7 +129,7 @@ def gpus_of(facts: dict[str, Any]) -> list[tuple[int, str | None, str | None, st
 def node_run(node: str, report: dict[str, Any], status: str | None = None, reason: str | None = None) -> NodeRun:
     facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}
     verdicts, figures = checks_of(report.get("results"))
-    own = status or STATUS_OF_EXIT.get(report.get("exit_code"), "error")  # type: ignore[arg-type]
+    own = status or verdict_of_exit(report.get("exit_code"))
     return NodeRun(node=node, status=own, reason=reason, profile=report.get("profile"), gpus=gpus_of(facts),
                    results=verdicts, figures=figures, versions=versions(report),
                    report=None if own == "pass" else report)

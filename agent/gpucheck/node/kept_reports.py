@@ -14,12 +14,11 @@ import re
 from pathlib import Path
 
 from ..files import write_atomically
-from ..model import Report
+from ..model import Report, verdict_of_exit
 from .kernel_log import state_dir
 
 KEEP_MAX = 500  # ~25 MB of 8-GPU full reports; a few days of failing health checks every 5 minutes
 NAME = re.compile(r"(\d{8}T\d{6}Z)(?:\.(\d+))?-(pass|warn|fail|error|skip)(-full)?\.json")
-STATUS_OF_EXIT = ("pass", "warn", "fail", "error")
 
 
 def folder() -> Path:
@@ -31,7 +30,7 @@ def file_name(report: Report, active: bool, taken: set[str]) -> str:
         when = dt.datetime.fromisoformat(report.started).astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     except (TypeError, ValueError):
         when = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    status = STATUS_OF_EXIT[report.exit_code] if 0 <= report.exit_code < len(STATUS_OF_EXIT) else "error"
+    status = verdict_of_exit(report.exit_code)
     suffix = f"-{status}{'-full' if active else ''}.json"
     name, n = f"{when}{suffix}", 1
     while name in taken:  # two runs in one second

@@ -1,5 +1,5 @@
 """Writing the archive: one .tar.gz, every file under one folder named like the archive, made in memory and then
-written the way every gpucheck file is (files.write_atomically): an interrupted run leaves no half archive."""
+written as every file a user names is (files.write_output): its folders made, never half written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from ..files import write_atomically
+from ..files import write_output
 
 SUFFIX = ".tar.gz"
 
@@ -25,4 +25,4 @@ def write(path: Path, members: list[tuple[str, bytes]]) -> None:
             info = tarfile.TarInfo(f"{top}/{name}")
             info.size, info.mtime, info.mode = len(content), now, 0o644
             tar.addfile(info, io.BytesIO(content))
-    write_atomically(path, data.getvalue())
+    write_output(path, data.getvalue())

@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     rma.add_argument("target", nargs="?", metavar="GPU", help="an index, UUID (GPU-...), PCI bus id or serial "
                      "number (default: every GPU of the node)")
-    rma.add_argument("-o", "--output", type=Path, metavar="FILE", help="the archive (default: "
+    rma.add_argument("-o", "--output", metavar="FILE", help="the archive (default: "
                      "./rma-HOST-TARGET-UTC.tar.gz)")
     rma.add_argument("--store", type=Path, metavar="FILE", help="the history store for the fleet comparison")
     rma.add_argument("--reports", type=Path, metavar="DIR", help="the node's kept reports (default: "
@@ -120,9 +120,9 @@ def gather(args: argparse.Namespace) -> tuple[collect.Collected, list[dict[str, 
 
 def run(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.timezone.utc)
-    output = args.output or default_output(args.target, now)
-    if output.is_dir():
-        fail(f"{output} is a directory: name the archive's file (-o {output / 'rma.tar.gz'})")
+    output = Path(args.output) if args.output else default_output(args.target, now)
+    if output.is_dir() or (args.output or "").endswith("/"):
+        fail(f"{args.output} is a directory: name the archive's file (-o {output / 'rma.tar.gz'})")
     collected, gpus = gather(args)
     try:
         archive.write(output, contents.members(collected, gpus, args.target, now))
