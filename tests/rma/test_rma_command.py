@@ -146,3 +146,25 @@ def test_bad_input_is_one_line_and_exit_3_and_leaves_nothing(node04, tmp_path, a
     [line] = [x for x in done.stderr.splitlines() if x.startswith("gpucheck: error:")]
     assert says.replace("{tmp}", str(tmp_path)) in line
     assert not [p for p in tmp_path.rglob("*") if ".tar.gz" in p.name]
+
+
+def test_a_node_whose_nvml_and_kernel_log_cannot_be_read_still_gets_its_archive(node04, tmp_path):
+    """A GPU fallen off the bus can take NVML with it: without a GPU named, the node's evidence is still taken,
+    and the archive says what could not be read and why."""
+    broken = tmp_path / "broken.scn"
+    broken.write_text("no such key = 1\n")
+    node04["FAKENVML_SCENARIO"] = str(broken)
+    script(tmp_path / "bin" / "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1")
+    script(tmp_path / "bin" / "journalctl", "exit 1")
+    archive = tmp_path / "node.tar.gz"
+    done = run_gpucheck(["rma", "-o", str(archive), "--no-bug-report"], node04)
+    assert done.returncode == 0, done.stderr
+    files = unpack(archive)
+    doc = json.loads(files["rma.json"])
+    assert doc["gpus"] == [] and doc["target"] == "node"
+    unread = [m for m in doc["missing"] if m.startswith(("NVML:", "kernel log:"))]
+    assert unread[0].startswith("NVML: no GPU named (") and "Operation not permitted" in unread[1], unread
+    assert files["nvidia-smi-q.txt"].decode() == SMI_Q  # nvidia-smi -q of the whole node, taken all the same
+    gpu3 = run_gpucheck(["rma", "3", "-o", str(tmp_path / "gpu3.tar.gz"), "--no-bug-report"], node04)
+    assert gpu3.returncode == 3 and "'3' cannot be identified: run gpucheck rma without a GPU" in gpu3.stderr
+    assert not (tmp_path / "gpu3.tar.gz").exists()

@@ -25,8 +25,9 @@ def test_no_target_is_every_gpu_and_an_unknown_one_names_those_there_are():
     assert choose(GPUS, None) == GPUS
     with pytest.raises(TargetError, match=r"no GPU of this node is '7'.*GPU3 \(GPU-00000003-.*00000000:5D:00.0\)"):
         choose(GPUS, "7")
-    with pytest.raises(TargetError, match="NVML names no GPU"):
+    with pytest.raises(TargetError, match="NVML names no GPU on this node, so '3' cannot be identified"):
         choose([], "3")
+    assert choose([], None) == []  # the node's evidence without any GPU's identity
 
 
 def test_bus_keys_ignore_case_domain_width_and_function():

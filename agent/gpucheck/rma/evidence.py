@@ -43,7 +43,8 @@ def xid_lines(kernel_log: dict[str, Any] | None, gpus: list[dict[str, Any]]) -> 
 def index_then(report: dict[str, Any], gpu: dict[str, Any]) -> int | None:
     """The GPU's index in an older report: by its UUID where the report names its GPUs (an index can change
     between boots), else the index it has now."""
-    named = [g for g in (report.get("facts") or {}).get("gpus") or [] if isinstance(g, dict) and g.get("uuid")]
+    facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}
+    named = [g for g in facts.get("gpus") or [] if isinstance(g, dict) and g.get("uuid")]
     if not named:
         return gpu.get("index")
     found = [g.get("index") for g in named if str(g["uuid"]).lower() == str(gpu.get("uuid") or "").lower()]

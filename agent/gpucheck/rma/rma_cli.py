@@ -88,6 +88,7 @@ def gather(args: argparse.Namespace) -> tuple[collect.Collected, list[dict[str, 
     collected = collect.Collected(report=report, facts=facts, nvidia_smi=collect.nvidia_smi(
         [g["pci_bus_id"] for g in gpus if g.get("pci_bus_id")] if args.target else None, args.timeout))
     missing = collected.missing
+    missing += unread(report, facts)
     if not collected.nvidia_smi.ok:
         missing.append(f"nvidia-smi -q: {collected.nvidia_smi.describe_failure()}")
     collected.dcgmi = collect.dcgmi_version(args.timeout)
@@ -116,6 +117,17 @@ def gather(args: argparse.Namespace) -> tuple[collect.Collected, list[dict[str, 
                 for key, label in (("serial", "serial number"), ("vbios_version", "VBIOS version"),
                                    ("board_part_number", "board part number")) if not g.get(key)]
     return collected, gpus
+
+
+def unread(report: Any, facts: dict[str, Any]) -> list[str]:
+    """What the passive run could not read: NVML (no GPU identity), the kernel log (no Xid events), with why."""
+    why = {r.check: r.reason for r in report.results}
+    found = []
+    if not (facts.get("nvml") or {}).get("gpus"):
+        found.append(f"NVML: no GPU named ({why.get('gpu.count') or 'not read'})")
+    if "kernel_log" not in facts:
+        found.append(f"kernel log: not read, so no Xid events ({why.get('gpu.xid') or 'not read'})")
+    return found
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,12 +29,13 @@ def answers_to(gpu: dict[str, Any], target: str) -> bool:
 
 
 def choose(gpus: list[dict[str, Any]], target: str | None) -> list[dict[str, Any]]:
-    """The GPUs the RMA is about: the one `target` names, or all of them (target None)."""
-    if not gpus:
-        raise TargetError("NVML names no GPU on this node: nothing to identify (is the driver loaded? "
-                          "run gpucheck node)")
+    """The GPUs the RMA is about: the one `target` names, or all of them (target None; none when NVML names
+    none: the node's evidence is still worth having)."""
     if target is None:
         return gpus
+    if not gpus:
+        raise TargetError(f"NVML names no GPU on this node, so {target.strip()!r} cannot be identified: run "
+                          "gpucheck rma without a GPU for the node's evidence (nvidia-smi -q, the kernel log)")
     chosen = [g for g in gpus if answers_to(g, target.strip())]
     if not chosen:
         raise TargetError(f"no GPU of this node is {target.strip()!r} (an index, a UUID, a PCI bus id or a serial "
