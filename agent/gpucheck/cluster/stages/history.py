@@ -63,7 +63,8 @@ def remember_view(ctx: ClusterContext, store: Store) -> None:
     for name in ctx.checked():
         report = ctx.nodes[name].report or {}
         part = node_run(name, report, ctx.nodes[name].status.value, ctx.nodes[name].reason)
-        passes = [trends.last_active_pass(store, name), (report.get("facts") or {}).get("last_active_pass")]
+        facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}  # the node's input
+        passes = [trends.last_active_pass(store, name), facts.get("last_active_pass")]
         if part.status in ("pass", "warn") and any(followed(c, f) for c, f, _, _, _ in part.figures):
             passes.append(started)
         ctx.history[name] = {"trends": trends.node_trends(store, part, started),
