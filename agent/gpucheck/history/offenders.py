@@ -120,6 +120,8 @@ def repeat_gpu_failures(store: Store, part: NodeRun, started: str, failures: int
     """Each GPU of the node run (not recorded yet) with at least `failures` separate failures within `days`, this
     run included: {label: failures}."""
     gpus = [(index, uuid, bus) for index, uuid, bus, _ in part.gpus if uuid]
+    if not gpus:  # a report that names no GPU (older agents): its GPUs cannot be followed
+        return {}
     past = gpu_history(store, since(now or dt.datetime.now(dt.timezone.utc), days), [u for _, u, _ in gpus])
     failed = [(check, reason or "") for check, status, reason in part.results if status == "fail"]
     found = {}
