@@ -99,6 +99,9 @@ class Report:
     started: str = ""
     duration_s: float = 0.0
     version: str = ""
+    # a passive run: the checks of the newest kept run of active checks that passed (node/kept_reports.py), whose
+    # figures the Prometheus text carries between two such runs; not in the JSON (facts.last_active_pass says when)
+    last_active: list[Result] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:

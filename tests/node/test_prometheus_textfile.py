@@ -4,6 +4,8 @@ never a changed verdict; a path node_exporter would not read is bad input (one l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lab.fakenvml import build_library, env_for, scenario_path
@@ -15,11 +17,13 @@ def node(fake_bin, tmp_path):
     fake_bin.add("dmesg", "[    0.000000] Linux version 6.1.0-18-amd64\n")
     libdir = build_library()
 
-    def run(scenario: str, textfile: str):
+    def run(scenario: str, textfile: str, state: Path | None = None):
         config = tmp_path / "node.yaml"
         config.write_text(f"profile: generic\nprometheus_textfile: {textfile}\n")
         env = env_for(scenario_path(scenario), libdir)
         env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config))
+        if state is not None:
+            env["GPUCHECK_STATE_DIR"] = str(state)
         return run_gpucheck(["node", "--only", "gpu.count", "gpu.ecc_errors", "--format", "json"], env)
 
     return run
@@ -50,3 +54,26 @@ def test_a_path_node_exporter_would_not_read_is_one_line_and_exit_3(node, value)
     assert done.returncode == 3
     assert done.stderr.strip().endswith(f"'prometheus_textfile' is {value!r}: an absolute path ending in .prom, in "
                                         "the directory node_exporter's --collector.textfile.directory names")
+
+
+def test_a_passive_run_carries_the_figures_of_the_last_active_pass(node, tmp_path, fake_bin):
+    """Between two runs of active checks, the health check's textfile still says what the GPUs measured, and when."""
+    import json
+
+    state = tmp_path / "state"
+    (state / "reports").mkdir(parents=True)
+    kept = {"host": "n", "started": "2026-11-20T03:00:00Z", "exit_code": 0, "results": [
+        {"check": "gpu.gemm", "status": "pass", "measured": {"GPU0": {"bf16_TFLOPS": 790.5}}},
+        {"check": "gpu.count", "status": "pass", "measured": 8}]}
+    (state / "reports" / "20261120T030000Z-pass-full.json").write_text(json.dumps(kept))
+    (state / "reports" / "20261121T030000Z-fail-full.json").write_text(json.dumps(
+        {**kept, "results": [{"check": "gpu.gemm", "status": "fail", "measured": {"GPU0": {"bf16_TFLOPS": 1.0}}}]}))
+    textfile = tmp_path / "gpucheck.prom"
+    done = node("dgx-h100", str(textfile), state=state)
+    assert done.returncode == 0, done.stderr
+    text = textfile.read_text()
+    assert ('gpucheck_last_active_gpu_figure{host="' in text
+            and 'check="gpu.gemm",gpu="GPU0",figure="bf16_TFLOPS"} 790.5' in text)  # the pass, not the later failure
+    assert "gpucheck_last_active_pass_timestamp_seconds" in text
+    assert not [line for line in text.splitlines()  # this run measured no GEMM: none is said to be its own
+                if line.startswith("gpucheck_gpu_figure{") and 'check="gpu.gemm"' in line]

@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import json
 import os
 import re
 from pathlib import Path
 
-from ..files import write_atomically
-from ..model import Report, verdict_of_exit
+from ..files import read_file, write_atomically
+from ..model import Report, Result, Status, verdict_of_exit
 from .kernel_log import state_dir
 
+KEPT_REPORT_MAX_B = 16 << 20  # a kept report is tens of kB; more is not one of ours
+VERDICTS = {s.value for s in Status}
 KEEP_MAX = 500  # ~25 MB of 8-GPU full reports; a few days of failing health checks every 5 minutes
 NAME = re.compile(r"(\d{8}T\d{6}Z)(?:\.(\d+))?-(pass|warn|fail|error|skip)(-full)?\.json")
 
@@ -64,6 +67,21 @@ def last_active_pass(report: Report, active: bool) -> str | None:
     found = sorted(m.group(1) for n in names if (m := NAME.fullmatch(n)) and m.group(4) and m.group(3) in
                    ("pass", "warn"))
     return kept_time(found[-1]) if found else None
+
+
+def last_active_results() -> list[Result]:
+    """The checks of the newest kept run of active checks that passed or only warned; [] when none can be read."""
+    try:
+        names = sorted((m.group(1), m.group(2) or "", n) for n in os.listdir(folder())
+                       if (m := NAME.fullmatch(n)) and m.group(4) and m.group(3) in ("pass", "warn"))
+        doc = json.loads(read_file(folder() / names[-1][2], KEPT_REPORT_MAX_B)) if names else {}
+    except (OSError, ValueError, RecursionError):
+        return []
+    found = []
+    for r in doc.get("results") or [] if isinstance(doc, dict) else []:
+        if isinstance(r, dict) and isinstance(r.get("check"), str) and r.get("status") in VERDICTS:
+            found.append(Result(r["check"], Status(r["status"]), r.get("measured")))
+    return found
 
 
 def kept_time(name: str) -> str:

@@ -21,7 +21,6 @@ from ..node import kept_reports
 from ..node.pipeline import Options, judge
 from ..process import Completed, run, which
 
-KEPT_REPORT_MAX_B = 16 << 20  # a kept report is tens of kB; more is not one of ours
 BUG_REPORT = "nvidia-bug-report.sh"
 BUG_REPORT_TIMEOUT_S = 600.0  # it reads every log and runs nvidia-smi -q; NVIDIA says it can hang
 
@@ -76,7 +75,7 @@ def kept(directory: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     found, notes = [], []
     for name in names:
         try:
-            doc = json.loads(read_file(directory / name, KEPT_REPORT_MAX_B))
+            doc = json.loads(read_file(directory / name, kept_reports.KEPT_REPORT_MAX_B))
         except (OSError, ValueError, RecursionError) as exc:
             notes.append(f"kept report {name} not read: {getattr(exc, 'strerror', None) or exc}")
             continue

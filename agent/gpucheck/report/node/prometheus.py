@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from ...model import Report, Status
+from ...model import Report, Result, Status
 from .. import gpu_figures
 
 
@@ -14,25 +14,33 @@ def label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
 
 
-def figure_samples(report: Report, host: str) -> list[str]:
-    """One gpucheck_gpu_figure sample per finite numeric per-GPU figure (a string figure, such as the sdc
-    checksum, is no sample); the unit is in the figure's name."""
+FIGURE_HELP = {
+    "gpucheck_gpu_figure": "A figure an active GPU check measured on one GPU in this run (unit in the figure name).",
+    "gpucheck_last_active_gpu_figure": "A figure of the newest kept run of active checks that passed, carried by "
+                                       "a passive run (unit in the figure name; its time: "
+                                       "gpucheck_last_active_pass_timestamp_seconds).",
+}
+
+
+def figure_samples(results: list[Result], host: str, metric: str = "gpucheck_gpu_figure") -> list[str]:
+    """One sample per finite numeric per-GPU figure (a string figure, such as the sdc checksum, is no sample); the
+    unit is in the figure's name."""
     samples = []
-    for r in report.results:
+    for r in results:
         for gpu, figures in (gpu_figures.per_gpu(r.measured) or {}).items():
             for name, value in figures.items():
                 if isinstance(value, str) or not math.isfinite(value):
                     continue
-                samples.append(f'gpucheck_gpu_figure{{host="{host}",check="{label(r.check)}",gpu="{label(gpu)}",'
+                samples.append(f'{metric}{{host="{host}",check="{label(r.check)}",gpu="{label(gpu)}",'
                                f'figure="{label(name)}"}} {value!r}')
     if not samples:
         return []
-    return ["# HELP gpucheck_gpu_figure A figure an active GPU check measured on one GPU (unit in the figure name).",
-            "# TYPE gpucheck_gpu_figure gauge", *samples]
+    return [f"# HELP {metric} {FIGURE_HELP[metric]}", f"# TYPE {metric} gauge", *samples]
 
 
 def render_prometheus(report: Report) -> str:
-    """One gauge per check status, plus the exit code, the duration and each per-GPU figure."""
+    """One gauge per check status, plus the exit code, the duration, each per-GPU figure of this run and, in a
+    passive run, of the last run of active checks that passed, and when that was."""
     host, profile = label(report.host), label(report.profile)
     lines = [
         "# HELP gpucheck_check_status 1 for the check's current status (pass, warn, fail, skip, error).",
@@ -50,7 +58,8 @@ def render_prometheus(report: Report) -> str:
         "# TYPE gpucheck_duration_seconds gauge",
         f'gpucheck_duration_seconds{{host="{host}"}} {report.duration_s:.3f}',
     ]
-    lines += figure_samples(report, host)
+    lines += figure_samples(report.results, host)
+    lines += figure_samples(report.last_active, host, "gpucheck_last_active_gpu_figure")
     lines += last_active_pass(report, host)
     return "\n".join(lines) + "\n"
 
