@@ -1067,6 +1067,15 @@ static nvmlReturn_t u32_field(const char *fn, nvmlDevice_t dev, enum field f, un
     return val_u32(&g->f[f], out);
 }
 
+static nvmlReturn_t str_field(const char *fn, nvmlDevice_t dev, enum field f, char *out, unsigned int length)
+{
+    struct nvmlDevice_st *g = NULL;
+    nvmlReturn_t r = dev_enter(fn, dev, &g);
+    if (r != NVML_SUCCESS)
+        return r;
+    return copy_str(&g->f[f], out, length);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Init / shutdown / errors                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1291,39 +1300,33 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    DEV_ENTER(device, g);
-    return copy_str(&g->f[F_NAME], name, length);
+    return str_field(__func__, device, F_NAME, name, length);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    DEV_ENTER(device, g);
-    return copy_str(&g->f[F_UUID], uuid, length);
+    return str_field(__func__, device, F_UUID, uuid, length);
 }
 
 nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
 {
-    DEV_ENTER(device, g);
-    return copy_str(&g->f[F_SERIAL], serial, length);
+    return str_field(__func__, device, F_SERIAL, serial, length);
 }
 
 /* The identity an RMA asks for (gpucheck rma): VBIOS, board part number, InfoROM image. */
 nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
 {
-    DEV_ENTER(device, g);
-    return copy_str(&g->f[F_VBIOS], version, length);
+    return str_field(__func__, device, F_VBIOS, version, length);
 }
 
 nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
 {
-    DEV_ENTER(device, g);
-    return copy_str(&g->f[F_BOARD_PART], partNumber, length);
+    return str_field(__func__, device, F_BOARD_PART, partNumber, length);
 }
 
 nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length)
 {
-    DEV_ENTER(device, g);
-    return copy_str(&g->f[F_INFOROM], version, length);
+    return str_field(__func__, device, F_INFOROM, version, length);
 }
 
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
