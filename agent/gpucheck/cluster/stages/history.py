@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 from ...history import trends
 from ...history.offenders import DEFAULT_DAYS, DEFAULT_FAILURES, repeat_failures, repeat_gpu_failures
-from ...history.records import NotAReport, node_run, utc
+from ...history.records import NodeRun, NotAReport, node_run, utc
 from ...history.regression import DEFAULT_DROP_PCT, DEFAULT_RECENT_RUNS, compare, followed
 from ...history.store import HistoryError, Store, default_path
 from ...model import Result, Status
@@ -51,18 +51,21 @@ def history_stage(ctx: ClusterContext) -> list[Result]:
         store = Store(path, create=False)
     except HistoryError as exc:
         return skipped(f"the history store cannot be read: {exc}")
+    now = dt.datetime.now(dt.timezone.utc)
+    # each checked node's run as the store will record it (not recorded yet): what its past is compared with
+    parts = {name: node_run(name, ctx.nodes[name].report or {}, ctx.nodes[name].status.value, ctx.nodes[name].reason)
+             for name in ctx.checked()}
     with store:
-        remember_view(ctx, store)
-        return [regression(ctx, store), repeat_offenders(ctx, store)]
+        remember_view(ctx, store, parts, now)
+        return [regression(ctx, store, parts), repeat_offenders(ctx, store, parts, now)]
 
 
-def remember_view(ctx: ClusterContext, store: Store) -> None:
+def remember_view(ctx: ClusterContext, store: Store, parts: dict[str, NodeRun], now: dt.datetime) -> None:
     """What the report shows of each node's past: its key figures over its recent runs and this one, and when it
     last passed a run of active checks (by the store, by what the node kept, or this run)."""
-    started = utc(dt.datetime.now(dt.timezone.utc).isoformat())
-    for name in ctx.checked():
+    started = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name, part in parts.items():
         report = ctx.nodes[name].report or {}
-        part = node_run(name, report, ctx.nodes[name].status.value, ctx.nodes[name].reason)
         facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}  # the node's input
         passes = [trends.last_active_pass(store, name), facts.get("last_active_pass")]
         if part.status in ("pass", "warn") and any(followed(c, f) for c, f, _, _, _ in part.figures):
@@ -79,13 +82,13 @@ def utc_or_none(text: object) -> str | None:
         return None
 
 
-def regression(ctx: ClusterContext, store: Store) -> Result:
+def regression(ctx: ClusterContext, store: Store, parts: dict[str, NodeRun]) -> Result:
     blamed, measured, based, pct = {}, {}, [], DEFAULT_DROP_PCT
-    for name in ctx.checked():
+    for name, part in parts.items():
         report = ctx.nodes[name].report or {}
         pct = threshold(report, "regression_drop_pct", DEFAULT_DROP_PCT)
         recent = int(threshold(report, "regression_recent_runs", DEFAULT_RECENT_RUNS))
-        findings, had_baseline = compare(store, node_run(name, report), pct, recent)
+        findings, had_baseline = compare(store, part, pct, recent)
         based += [name] if had_baseline else []
         if findings:
             blamed[name] = "; ".join(f.text() for f in findings)
@@ -101,15 +104,13 @@ def regression(ctx: ClusterContext, store: Store) -> Result:
                          f"{len(based)} node(s) compared with their baselines: nothing dropped or rose")
 
 
-def repeat_offenders(ctx: ClusterContext, store: Store) -> Result:
-    now = dt.datetime.now(dt.timezone.utc)
+def repeat_offenders(ctx: ClusterContext, store: Store, parts: dict[str, NodeRun], now: dt.datetime) -> Result:
     blamed, measured, failures, days = {}, {}, DEFAULT_FAILURES, DEFAULT_DAYS
-    for name in ctx.checked():
+    started = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name, part in parts.items():
         report = ctx.nodes[name].report or {}
         failures = int(threshold(report, "repeat_offender_failures", DEFAULT_FAILURES))
         days = int(threshold(report, "repeat_offender_days", DEFAULT_DAYS))
-        part = node_run(name, report, ctx.nodes[name].status.value, ctx.nodes[name].reason)
-        started = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         found = {name: repeat_failures(store, part, started, failures, days, now),
                  **repeat_gpu_failures(store, part, started, failures, days, now)}
         named = [f"{'' if who == name else who + ': '}repeat offender: failed {len(items)} times in {days} days: "
