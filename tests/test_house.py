@@ -28,7 +28,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cluster": FOUNDATION | {"cluster", "cli_types", "history", "parsers", "report", "workloads"},
     "cli": FOUNDATION | {"cli_types", "node", "parsers", "report"},
     "history": FOUNDATION | {"history", "cli_types"},
-    "rma": FOUNDATION | {"rma", "cli_types", "history", "node"},
+    "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
     "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "rma"},
     "__main__": {"main"},
 }

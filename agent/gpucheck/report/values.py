@@ -36,6 +36,12 @@ def name_words(name: Any) -> tuple[str, str]:
     return words_and_unit(name)
 
 
+def figure_unit(name: Any, unit: str) -> str:
+    """How a stored figure's unit is written: from its name where it says one (`bf16_TFLOPS` -> `TFLOP/s`), else
+    the unit kept beside it."""
+    return name_words(name)[1] or unit
+
+
 def unit_of_check(check: Any) -> str:
     """The unit a check's id names (`cluster.straggler.net_Gbps` -> `Gb/s`), for its bare numbers."""
     return name_words(str(check).rsplit(".", 1)[-1])[1]

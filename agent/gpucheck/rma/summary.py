@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..report.values import figure, figure_unit
+
 IDENTITY_LABELS = (("name", "Model"), ("serial", "Serial number"), ("uuid", "UUID"), ("pci_bus_id", "PCI bus id"),
                    ("vbios_version", "VBIOS"), ("board_part_number", "Board part number"),
                    ("inforom_image_version", "InfoROM image"))
@@ -32,9 +34,12 @@ def finding_line(row: dict[str, Any]) -> str:
 
 
 def figure_line(row: dict[str, Any]) -> str:
+    """One figure as every gpucheck report writes it (report/values.py: one precision, one unit)."""
+    unit = figure_unit(row["figure"], row["unit"])
     fleet = "no fleet figure" if row["fleet_median"] is None else (
-        f"fleet median {row['fleet_median']:.4g} over {row['fleet_gpus']} GPU(s), {row['vs_fleet_pct']:+.1f} %")
-    return f"  {row['check']} {row['figure']}: {row['value']:.4g} {row['unit']} ({row['started']}); {fleet}"
+        f"fleet median {figure(row['fleet_median'], unit)} over {row['fleet_gpus']} GPU(s), "
+        f"{row['vs_fleet_pct']:+.1f} %")
+    return f"  {row['check']} {row['figure']}: {figure(row['value'], unit)} ({row['started']}); {fleet}"
 
 
 def gpu_lines(gpu: dict[str, Any]) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ..values import figure, name_words
+from ..values import figure, figure_unit, name_words
 from .html_charts import svg_open
 from .html_parts import esc
 
@@ -59,7 +59,7 @@ def sparkline(trend: dict[str, Any]) -> str:
 
 
 def unit_of(trend: dict[str, Any]) -> str:
-    return name_words(trend.get("figure"))[1] or str(trend.get("unit") or "")
+    return figure_unit(trend.get("figure"), str(trend.get("unit") or ""))
 
 
 def name(trend: dict[str, Any]) -> str:
