@@ -13,6 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ..files import read_file, write_atomically
 from ..model import Report, Result, Status, verdict_of_exit
@@ -69,12 +70,18 @@ def last_active_pass(report: Report, active: bool) -> str | None:
     return kept_time(found[-1]) if found else None
 
 
+def read(path: Path) -> Any:
+    """A kept report's JSON document; OSError, ValueError (not JSON) or RecursionError (nested past Python's
+    stack) when it cannot be read."""
+    return json.loads(read_file(path, KEPT_REPORT_MAX_B))
+
+
 def last_active_results() -> list[Result]:
     """The checks of the newest kept run of active checks that passed or only warned; [] when none can be read."""
     try:
         names = sorted((m.group(1), m.group(2) or "", n) for n in os.listdir(folder())
                        if (m := NAME.fullmatch(n)) and m.group(4) and m.group(3) in ("pass", "warn"))
-        doc = json.loads(read_file(folder() / names[-1][2], KEPT_REPORT_MAX_B)) if names else {}
+        doc = read(folder() / names[-1][2]) if names else {}
     except (OSError, ValueError, RecursionError):
         return []
     found = []

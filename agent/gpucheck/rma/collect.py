@@ -5,7 +5,6 @@ had is a line in `missing`, never the end of the archive."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ..config import NodeConfig
-from ..files import read_file
 from ..history import queries
 from ..history.store import HistoryError, Store
 from ..model import Report
@@ -75,7 +73,7 @@ def kept(directory: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     found, notes = [], []
     for name in names:
         try:
-            doc = json.loads(read_file(directory / name, kept_reports.KEPT_REPORT_MAX_B))
+            doc = kept_reports.read(directory / name)
         except (OSError, ValueError, RecursionError) as exc:
             notes.append(f"kept report {name} not read: {getattr(exc, 'strerror', None) or exc}")
             continue

@@ -4,12 +4,11 @@ tested from known inputs."""
 
 from __future__ import annotations
 
-import re
 import statistics
 from typing import Any
 
 from ..history.gpu_names import bus_key, names_gpu, other_names
-from ..history.records import NODE_GPU, figures_of
+from ..history.records import GPU_KEY, NODE_GPU, figures_of
 
 IDENTITY = ("index", "name", "uuid", "serial", "pci_bus_id", "vbios_version", "board_part_number",
             "inforom_image_version")
@@ -59,7 +58,7 @@ def about_gpu(result: dict[str, Any], index: int, gpu: dict[str, Any]) -> bool:
 
 def own_value(value: Any, index: int) -> Any:
     """A check's measured or expected value, cut to this GPU's entry where it is keyed by GPU."""
-    if isinstance(value, dict) and any(re.fullmatch(r"GPU\d+", str(k)) for k in value):
+    if isinstance(value, dict) and any(GPU_KEY.fullmatch(str(k)) for k in value):
         return value.get(f"GPU{index}")
     return value
 
