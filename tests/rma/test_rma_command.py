@@ -117,7 +117,7 @@ def test_the_archive_holds_every_field_an_rma_asks_for(node04, tmp_path):
     assert doc["missing"] == []
     summary = files["SUMMARY.txt"].decode()
     for text in ("Serial number: 1654423090235", "VBIOS: 96.00.99.00.01", "Board part number: 692-2G520-0200-000",
-                 "Xid 48 (fatal)", "gpu.ecc_errors: FAIL",
+                 "Xid 48 (fatal) at 100 s after boot: pid=1234", "gpu.ecc_errors: FAIL",
                  "gpu.gemm bf16_TFLOPS: 702 TFLOP/s (2026-11-20T03:00:00Z); fleet median 800 TFLOP/s over 3 GPU(s), "
                  "-12.2 %"):
         assert text in summary

@@ -28,6 +28,12 @@ def counters_lines(counters: dict[str, Any]) -> list[str]:
     return lines
 
 
+def logged_at(event: dict[str, Any]) -> str:
+    """When the kernel logged an Xid: seconds after boot where its stamp says, else its wall-clock stamp as written."""
+    uptime = event.get("uptime_s")
+    return f"{uptime:g} s after boot" if isinstance(uptime, int | float) else shown(event.get("timestamp"))
+
+
 def finding_line(row: dict[str, Any]) -> str:
     return f"  {shown(row.get('started'))}  {row.get('check')}: {str(row.get('status')).upper()} - " \
            f"{row.get('reason') or ''}"
@@ -48,8 +54,8 @@ def gpu_lines(gpu: dict[str, Any]) -> list[str]:
     lines += counters_lines(gpu["counters"])
     events = gpu["xid_events"]
     lines.append(f"  Xid events this boot: {len(events)}" + "".join(
-        f"\n    Xid {e.get('xid')} ({e.get('severity')}) at {shown(e.get('timestamp') or e.get('uptime_s'))} s: "
-        f"{e.get('message')}" for e in events[-FINDINGS_SHOWN:]))
+        f"\n    Xid {e.get('xid')} ({e.get('severity')}) at {logged_at(e)}: {e.get('message')}"
+        for e in events[-FINDINGS_SHOWN:]))
     now = gpu["findings_now"]
     lines.append("  Failing now: " + ("nothing" if not now else f"{len(now)} finding(s)"))
     lines += [finding_line(row) for row in now]
