@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from gpucheck.report.cluster.html_history import days_ago, history_section, when
+from gpucheck.report.cluster.html_history import days_ago, history_section
+from gpucheck.report.values import time_of
 
 STARTED = "2026-11-27T03:00:00+00:00"
 
@@ -21,7 +22,7 @@ def doc(history: dict) -> dict:
 
 
 def test_days_ago_reads_as_a_person_says_it():
-    now = when(STARTED)
+    now = time_of(STARTED)
     assert [days_ago(t, now) for t in ("2026-11-27T01:00:00Z", "2026-11-26T02:00:00Z", "2026-11-15T03:00:00Z",
                                        None, "not a time")] == ["today", "1 day ago", "12 days ago", "never",
                                                                   "never"]

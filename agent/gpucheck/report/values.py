@@ -5,6 +5,7 @@ and are left out. `figure` is the one place a figure gets its precision and unit
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from typing import Any
@@ -34,6 +35,16 @@ def name_words(name: Any) -> tuple[str, str]:
     if per_second:
         return "", per_second.group(1).replace("_", " ") + "/s"
     return words_and_unit(name)
+
+
+def time_of(text: Any) -> dt.datetime | None:
+    """An ISO 8601 time a report holds (`2026-11-27T03:00:00Z`), aware; one without a zone is UTC, as gpucheck
+    writes them; None for what is no time."""
+    try:
+        stamp = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
 
 
 def figure_unit(name: Any, unit: str) -> str:

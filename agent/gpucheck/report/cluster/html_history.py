@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ..values import figure, figure_unit, name_words
+from ..values import figure, figure_unit, name_words, time_of
 from .html_charts import svg_open
 from .html_parts import esc
 
@@ -20,17 +20,9 @@ WIDTH, HEIGHT, PAD = 150, 34, 4
 LINE, NOW, STALE = "#0969da", "#1f2328", "#9a6700"
 
 
-def when(text: Any) -> dt.datetime | None:
-    try:
-        stamp = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
-
-
 def days_ago(last: Any, now: dt.datetime) -> str:
     """"today", "1 day ago", "12 days ago", or "never" (no passing run of active checks is known)."""
-    then = when(last) if last else None
+    then = time_of(last) if last else None
     if then is None:
         return "never"
     days = max(0, (now - then).days)
@@ -79,13 +71,14 @@ def history_section(doc: dict[str, Any]) -> str:
     view = doc.get("history")
     if not isinstance(view, dict) or not view:
         return ""
-    now = when(doc.get("started")) or dt.datetime.now(dt.timezone.utc)
+    now = time_of(doc.get("started")) or dt.datetime.now(dt.timezone.utc)
     rows = []
     for node, entry in view.items():
         entry = entry if isinstance(entry, dict) else {}
         last = entry.get("last_active_pass")
         ago = days_ago(last, now)
-        stale = ago == "never" or (when(last) is not None and (now - when(last)).days >= STALE_DAYS)
+        then = time_of(last) if last else None
+        stale = then is None or (now - then).days >= STALE_DAYS  # never, or a week ago
         colour = f' style="color:{STALE}"' if stale else ""
         charts = "".join(chart_cell(t) for t in entry.get("trends") or [] if isinstance(t, dict))
         rows.append(f"<tr><td>{esc(node)}</td><td{colour}>last active check passed: <b>{esc(ago)}</b>"

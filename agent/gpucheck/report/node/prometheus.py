@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 from ...model import Report, Result, Status
 from .. import gpu_figures
+from ..values import time_of
 
 
 def label(value: str) -> str:
@@ -68,13 +68,10 @@ def last_active_pass(report: Report, host: str) -> list[str]:
     """When the node last passed its active checks (facts.last_active_pass, from the reports it kept): an alert can
     say "no active check passed in 8 days"."""
     when = report.facts.get("last_active_pass")
-    try:
-        stamp = dt.datetime.fromisoformat(str(when).replace("Z", "+00:00")).timestamp() if when else None
-    except ValueError:
-        stamp = None
+    stamp = time_of(when) if when else None
     if stamp is None:
         return []
     return ["# HELP gpucheck_last_active_pass_timestamp_seconds When the node last passed a run of active checks "
             "(gpucheck node --full), as it kept its reports.",
             "# TYPE gpucheck_last_active_pass_timestamp_seconds gauge",
-            f'gpucheck_last_active_pass_timestamp_seconds{{host="{host}"}} {stamp:.0f}']
+            f'gpucheck_last_active_pass_timestamp_seconds{{host="{host}"}} {stamp.timestamp():.0f}']
