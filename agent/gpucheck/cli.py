@@ -214,8 +214,8 @@ def node_report(args: argparse.Namespace) -> int:
         print(f"gpucheck: note: {note}", file=sys.stderr)
     active = any(c.active for c in all_checks() if c.id in {r.check for r in report.results})  # --full, --only
     report.facts["last_active_pass"] = kept_reports.last_active_pass(report, active)
-    if not active:  # the Prometheus text carries the figures of the last run of active checks between two
-        report.last_active = kept_reports.last_active_results()
+    if not active and (args.format == "prometheus" or site.prometheus_textfile):  # only that text carries them:
+        report.last_active = kept_reports.last_active_results()  # the last active run's figures, between two
     if note := kept_reports.keep(report, render(report, "json"), active):  # the history's copy on the node
         print(f"gpucheck: note: {note}", file=sys.stderr)
     if note := write_textfile(site.prometheus_textfile, report):

@@ -17,14 +17,14 @@ def node(fake_bin, tmp_path):
     fake_bin.add("dmesg", "[    0.000000] Linux version 6.1.0-18-amd64\n")
     libdir = build_library()
 
-    def run(scenario: str, textfile: str, state: Path | None = None):
+    def run(scenario: str, textfile: str, state: Path | None = None, fmt: str = "json"):
         config = tmp_path / "node.yaml"
-        config.write_text(f"profile: generic\nprometheus_textfile: {textfile}\n")
+        config.write_text("profile: generic\n" + (f"prometheus_textfile: {textfile}\n" if textfile else ""))
         env = env_for(scenario_path(scenario), libdir)
         env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config))
         if state is not None:
             env["GPUCHECK_STATE_DIR"] = str(state)
-        return run_gpucheck(["node", "--only", "gpu.count", "gpu.ecc_errors", "--format", "json"], env)
+        return run_gpucheck(["node", "--only", "gpu.count", "gpu.ecc_errors", "--format", fmt], env)
 
     return run
 
@@ -77,3 +77,5 @@ def test_a_passive_run_carries_the_figures_of_the_last_active_pass(node, tmp_pat
     assert "gpucheck_last_active_pass_timestamp_seconds" in text
     assert not [line for line in text.splitlines()  # this run measured no GEMM: none is said to be its own
                 if line.startswith("gpucheck_gpu_figure{") and 'check="gpu.gemm"' in line]
+    printed = node("dgx-h100", "", state=state, fmt="prometheus").stdout  # --format prometheus carries them too
+    assert 'check="gpu.gemm",gpu="GPU0",figure="bf16_TFLOPS"} 790.5' in printed
