@@ -6,9 +6,10 @@ then the wall time of the default burn-in for the whole node.
 For each dtype, gpucheck's GEMM (gpucheck.gpuwork.gemm: CuPy matmul, cuBLAS gemmEx for bf16/tf32) against
 torch.matmul on the same GPU (PyTorch where installed, else CuPy's plain `a @ b` for the dtypes it has), and
 gpucheck's device copy (gpuwork.memory) against torch's `dst.copy_(src)`: each printed with the ratio
-gpucheck / plain (goal >= 0.95). Then `gpucheck node --full --only <the burn-in checks>` is timed as a
-user runs it (goal: <= 120 s per node with all GPUs in parallel). Needs a CUDA GPU; prints one line per figure
-and a final `BENCH {json}` line.
+gpucheck / plain (goal >= 0.95). First, `gpucheck node --full --only <the burn-in checks>` is timed as a
+user runs it (goal: <= 120 s per node with all GPUs in parallel): before this process touches the GPU, since
+gpucheck rightly calls a GPU that another process holds busy and runs nothing on it. Needs a CUDA GPU; prints
+one line per figure and a final `BENCH {json}` line.
 """
 
 from __future__ import annotations
@@ -88,8 +89,12 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--no-node-run", action="store_true", help="skip timing `gpucheck node --full`")
     args = parser.parse_args()
-    cp = import_cupy()
     figures: dict[str, dict] = {}
+    if not args.no_node_run:
+        seconds, code = node_run_seconds()
+        print(f"gpucheck node --full --only <burn-in checks>: {seconds:.1f} s wall, exit {code}")
+        figures["node_burnin"] = {"seconds": seconds, "exit": code}
+    cp = import_cupy()
     for dtype in gemm.DTYPES:
         ours = gemm.measure(cp, dtype, args.n, args.iterations)
         try:
@@ -111,10 +116,6 @@ def main() -> None:
     except ImportError:
         print(f"copy: gpucheck {ours_copy['copy_GBps']:.1f} GB/s (no PyTorch to compare with)")
         figures["copy"] = {"gpucheck": ours_copy["copy_GBps"]}
-    if not args.no_node_run:
-        seconds, code = node_run_seconds()
-        print(f"gpucheck node --full --only <burn-in checks>: {seconds:.1f} s wall, exit {code}")
-        figures["node_burnin"] = {"seconds": seconds, "exit": code}
     print("BENCH " + json.dumps(figures))
 
 

@@ -19,18 +19,24 @@
 #   3 node-full     (240 s)  the product's headline: `gpucheck node --full`, every burn-in worker on the real
 #                            GPU and judged (a 10 s burn); if only this ran, the session still answers "does it
 #                            work on a real GPU"
-#   4 planted-fault  (60 s)  the judge on real NVML samples: a profile whose burn temperature limit is 20 C must
+#   4 spread        (120 s)  the same GPU's GEMM, HBM and host-copy figures three times in a row, then recorded into
+#                            a history store (`gpucheck history import`/`show`): the run-to-run spread behind
+#                            the regression threshold (history.regression_drop_pct, 5 %), on real reports
+#   5 rma            (90 s)  `gpucheck rma 0` with the reports the steps before kept and that store: NVML's
+#                            identity fields (serial, VBIOS, board part number, InfoROM), nvidia-smi -q, the bug
+#                            report where installed; the archive comes back when it fits the device tool's limits
+#   6 planted-fault  (60 s)  the judge on real NVML samples: a profile whose burn temperature limit is 20 C must
 #                            fail gpu.burn naming the GPU; cheap, and a false pass is the worst bug a checker has
-#   5 busy-gpu       (90 s)  another program on the GPU (bench/gpu_neighbour.py: 60 % of the memory, a GEMM loop):
+#   7 busy-gpu       (90 s)  another program on the GPU (bench/gpu_neighbour.py: 60 % of the memory, a GEMM loop):
 #                            the burn-in must say "busy: pid N" as `error` for it, never fail or pass, and with
 #                            --allow-busy the memtest must not pass having tested only what was left free
-#   6 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
+#   8 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
 #                            the GPU found at their offsets, the p2p and all-reduce programs
-#   7 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
+#   9 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
 #                            burn-in's wall time; figures already measured once, so this guards against a
 #                            regression rather than proving function (the wall time is left out under 150 s)
-#   8 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
-#   9 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
+#  10 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
+#  11 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
 #                            tests and the bench cover it now, so it runs last, when time is left
 #
 # Outputs under $OUT, these names only (8 at most whatever happens; scratch files go to a private temporary
@@ -40,7 +46,9 @@
 #                      verdict counts and non-passing checks, burn-in figures, the planted fault's verdict,
 #                      the pytest summary, benchmark ratios, ResNet-50 images/s, the CuPy probe's figures)
 #   steps.log          every step's stdout and stderr, each under a heading, the last 256 KiB of each
-#   nvidia-smi-q-x.xml node-passive.json node-full.json node-fault.json gpu-tests.txt bench.txt
+#   nvidia-smi-q-x.xml node-passive.json node-full.json node-fault.json rma.tar.gz bench.txt
+# (the gpu tests' output is in steps.log; GPUCHECK_STATE_DIR is a private folder, so the reports gpucheck keeps
+# and its Xid state are this session's alone)
 # Progress lines and the summary also go to stdout (the device tool returns its last 12,000 characters).
 #
 # It never changes the GPU's settings: nvidia-smi is only queried (no -pl, -lgc, -pm, -mig, -r, -e, -c).
@@ -59,14 +67,17 @@ KILL_AFTER=10                  # timeout -k: SIGKILL this long after SIGTERM
 KEEP=$((KILL_AFTER + 2))       # seconds of the budget no step may use: the kill grace, the last summary
 LOG_CAP=262144                 # bytes of each step's output kept in steps.log (the last ones)
 MAX_FILES=8                    # what the device tool brings back from $OUT
-OUTPUTS=(summary.txt steps.log nvidia-smi-q-x.xml node-passive.json node-full.json node-fault.json gpu-tests.txt
+OUTPUTS=(summary.txt steps.log nvidia-smi-q-x.xml node-passive.json node-full.json node-fault.json rma.tar.gz
          bench.txt)
+RMA_MAX_BYTES=$((15 * 1024 * 1024))  # the device tool brings back files of 16 MiB at most
 
 # name           bound floor function            needs: cmd:PROGRAM py:MODULE file:PATH, comma-separated
 STEPS=(
   "nvidia-smi       10    5  step_nvidia_smi     cmd:nvidia-smi"
   "node-passive     60   20  step_node_passive   py:yaml,py:psutil,py:rich"
   "node-full       240   90  step_node_full      py:yaml,py:psutil,py:rich,py:cupy"
+  "spread          120   60  step_spread         py:yaml,py:psutil,py:rich,py:cupy"
+  "rma              90   30  step_rma            py:yaml,py:psutil,py:rich"
   "planted-fault    60   40  step_planted_fault  py:yaml,py:psutil,py:rich,py:cupy"
   "busy-gpu         90   60  step_busy_gpu       py:yaml,py:psutil,py:rich,py:cupy,file:bench/gpu_neighbour.py"
   "gpu-tests       180  120  step_gpu_tests      py:pytest,py:cupy"
@@ -90,7 +101,8 @@ for name in "${OUTPUTS[@]}"; do rm -f "$OUT/$name"; done  # no stale result of a
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-session.XXXXXX") || exit 3
 trap 'rm -rf "$WORK"' EXIT
 : >"$WORK/table"; : >"$WORK/digest"
-export OUT WORK ROOT BENCH_NODE_RUN_S PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/agent${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$WORK/state" && chmod 700 "$WORK/state"
+export OUT WORK ROOT BENCH_NODE_RUN_S RMA_MAX_BYTES GPUCHECK_STATE_DIR="$WORK/state" PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/agent${PYTHONPATH:+:$PYTHONPATH}"
 
 # ---------------------------------------------------------------- the steps (each runs as `bash -c step_x`
 # under timeout, with STEP_T = its seconds and KEYS = a file for its key lines; its stdout and stderr go to
@@ -157,6 +169,59 @@ step_node_full() {  # the report must be written before the step's timeout: --de
     local rc=$?
     echo "gpucheck node --full: exit $rc"
     node_digest "$OUT/node-full.json" >"$KEYS" 2>&1
+    return "$rc"
+}
+
+step_spread() {  # three quick active runs of the same GPU, their spread, then the history store reads them
+    local n rc=0 deadline=$(((STEP_T - 20) / 3))
+    for n in 1 2 3; do
+        python3 -m gpucheck node --only gpu.gemm gpu.memory_bandwidth gpu.host_bandwidth \
+            --bench-timeout $((deadline - 5)) --deadline "$deadline" --format json --output "$WORK/spread-$n.json"
+        echo "spread run $n: exit $?"
+    done
+    python3 -m gpucheck history import "$GPUCHECK_STATE_DIR/reports" --store "$WORK/history.sqlite" || rc=$?
+    python3 -m gpucheck history runs --store "$WORK/history.sqlite" || rc=$?
+    python3 -m gpucheck history show "$(hostname)" --check gpu.gemm --store "$WORK/history.sqlite" || rc=$?
+    python3 - "$WORK"/spread-[123].json >"$KEYS" 2>&1 <<'EOF' || rc=1
+import json, sys
+figures = {}  # (check, GPU, figure) -> its values over the runs
+for path in sys.argv[1:]:
+    try:
+        results = json.load(open(path))["results"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"no report {path}: {exc}")
+        continue
+    for r in results:
+        for gpu, values in (r.get("measured") or {}).items():
+            if isinstance(values, dict):
+                for name, value in values.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        figures.setdefault((r["check"], gpu, name), []).append(value)
+if not figures:
+    sys.exit("no figures measured")
+widest = 0.0
+for (check, gpu, name), values in sorted(figures.items()):
+    spread = 100 * (max(values) - min(values)) / max(values) if max(values) else 0.0
+    widest = max(widest, spread)
+    print(f"{gpu} {check} {name}: {', '.join(f'{v:g}' for v in values)}: spread {spread:.1f} %")
+print(f"widest spread over {len(sys.argv) - 1} runs: {widest:.1f} % (the regression threshold is 5 %)")
+EOF
+    return "$rc"
+}
+
+step_rma() {  # the archive of GPU 0 from this session's kept reports; it comes back when small enough
+    python3 -m gpucheck rma 0 --reports "$GPUCHECK_STATE_DIR/reports" --store "$WORK/history.sqlite" \
+        --timeout $((STEP_T / 2)) -o "$WORK/rma.tar.gz"
+    local rc=$? size
+    echo "gpucheck rma 0: exit $rc"
+    [[ -f $WORK/rma.tar.gz ]] || { echo "no archive written (exit $rc)" >"$KEYS"; return 1; }
+    tar -tzvf "$WORK/rma.tar.gz"
+    mkdir -p "$WORK/rma" && tar -xzf "$WORK/rma.tar.gz" -C "$WORK/rma"
+    size=$(wc -c <"$WORK/rma.tar.gz")
+    ((size <= RMA_MAX_BYTES)) && cp "$WORK/rma.tar.gz" "$OUT/rma.tar.gz"
+    { echo "archive: $size bytes$( ((size > RMA_MAX_BYTES)) && echo ", too big to bring back")"
+      tar -tzf "$WORK/rma.tar.gz" | tr '\n' ' '; echo
+      find "$WORK/rma" -name SUMMARY.txt -exec head -n 40 {} \; ; } >"$KEYS" 2>&1
     return "$rc"
 }
 
@@ -228,11 +293,11 @@ EOF
 }
 
 step_gpu_tests() {
-    python3 -m pytest -q -rfEs -m gpu tests/gpuwork tests/node -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.txt"
+    python3 -m pytest -q -rfEs -m gpu tests/gpuwork tests/node -p no:cacheprovider 2>&1 | tee "$WORK/gpu-tests.txt"
     local rc=$?
-    { grep -E '^(FAILED|ERROR|SKIPPED) ' "$OUT/gpu-tests.txt" | head -n 8 | cut -c1-300
-      tail -n 1 "$OUT/gpu-tests.txt"; } >"$KEYS"
-    if ((rc == 0)) && ! tail -n 1 "$OUT/gpu-tests.txt" | grep -q ' passed'; then
+    { grep -E '^(FAILED|ERROR|SKIPPED) ' "$WORK/gpu-tests.txt" | head -n 8 | cut -c1-300
+      tail -n 1 "$WORK/gpu-tests.txt"; } >"$KEYS"
+    if ((rc == 0)) && ! tail -n 1 "$WORK/gpu-tests.txt" | grep -q ' passed'; then
         echo "no test marked gpu passed: on a GPU machine that is a failure (CuPy saw no CUDA device?)" | tee -a "$KEYS"
         rc=1
     fi
@@ -290,7 +355,7 @@ sys.exit(1 if errors else 0)
 EOF
 }
 
-export -f node_digest step_nvidia_smi step_node_passive step_node_full step_planted_fault step_busy_gpu step_gpu_tests \
+export -f node_digest step_nvidia_smi step_node_passive step_node_full step_spread step_rma step_planted_fault step_busy_gpu step_gpu_tests \
     step_bench step_resnet step_cupy_probe
 
 # ---------------------------------------------------------------- prerequisites, asked once

@@ -22,22 +22,23 @@ import pytest
 from support import ROOT
 
 SCRIPT = ROOT / "bench" / "gpu_session.sh"
-ORDER = ["nvidia-smi", "node-passive", "node-full", "planted-fault", "busy-gpu", "gpu-tests", "bench", "resnet50",
-         "cupy-probe"]
+ORDER = ["nvidia-smi", "node-passive", "node-full", "spread", "rma", "planted-fault", "busy-gpu", "gpu-tests",
+         "bench", "resnet50", "cupy-probe"]
 OUTPUTS = {"summary.txt", "steps.log", "nvidia-smi-q-x.xml", "node-passive.json", "node-full.json",
-           "node-fault.json", "gpu-tests.txt", "bench.txt"}
+           "node-fault.json", "rma.tar.gz", "bench.txt"}
 MODULES = ["yaml", "psutil", "rich", "pytest", "cupy", "numpy", "torch"]
 # What nvidia-smi may be asked: queries only, never a setting (-pl, -lgc, -pm, -mig, -r, ...).
 QUERY_ARGS = re.compile(r"^(-q|-x|-L|--query-gpu=[\w.,]+|--format=[\w,]+)$")
 
 STUB = r'''#!{python}
-import json, os, shutil, signal, sys, time
+import io, json, os, shutil, signal, sys, tarfile, time
 name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
 if name == "python3" and args[:1] in (["-c"], ["-"]):
     os.execv(sys.executable, [sys.executable, *args])  # the script's own snippets: the real interpreter
 if name == "python3" and args[:2] == ["-m", "gpucheck"]:
     step = ("node-full" if "--full" in args else "planted-fault" if "--profile" in args
-            else "busy-gpu" if "gpu.memtest" in args else "node-passive")
+            else "busy-gpu" if "gpu.memtest" in args else "rma" if args[2] == "rma"
+            else "spread" if args[2] == "history" or "gpu.host_bandwidth" in args else "node-passive")
 elif name == "python3" and args[:2] == ["-m", "pytest"]:
     step = "gpu-tests"
 elif name == "python3":
@@ -78,6 +79,23 @@ elif step == "busy-gpu":
     with open(args[args.index("--output") + 1], "w") as out:
         json.dump({"profile": "generic", "exit_code": 3, "results": results}, out)
     code = 3
+elif step == "spread" and args[2] == "history":
+    print(f"history {args[3]}: {os.environ['GPUCHECK_STATE_DIR']}")
+elif step == "spread":  # one run of three: its GEMM figure moves 2 % from run to run
+    runs = os.path.join(os.environ["STUB_DIR"], "spread.runs")
+    n = len(open(runs).read()) if os.path.exists(runs) else 0
+    open(runs, "a").write("x")
+    report = {"results": [{"check": "gpu.gemm", "status": "pass", "measured": {"GPU0": {"bf16_TFLOPS": 780 - 8 * n}}},
+                          {"check": "gpu.host_bandwidth", "status": "pass", "measured": {"GPU0": {"h2d_GBps": 55.1}}}]}
+    with open(args[args.index("--output") + 1], "w") as out:
+        json.dump(report, out)
+elif step == "rma":  # the archive as gpucheck writes it: one folder, SUMMARY.txt in it
+    with tarfile.open(args[args.index("-o") + 1], "w:gz") as tar:
+        for member, text in (("SUMMARY.txt", "Serial number: 1654123456789\nVBIOS: 96.00.AF.00.01\n"),
+                             ("rma.json", "{}")):
+            info = tarfile.TarInfo(f"rma-h200-GPU0/{member}")
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
 elif step.startswith(("node-", "planted-")):
     if step == "planted-fault":
         shutil.copy(args[args.index("--profile") + 1], os.path.join(os.environ["STUB_DIR"], "profile-used.yaml"))
@@ -184,7 +202,7 @@ def test_the_script_ends_within_its_budget_and_reports_the_steps_that_did_not_fi
     for name in ORDER[1:]:
         assert "not started (budget" in rows[name], done.summary
     assert [call[0] for call in done.calls] == ["nvidia-smi"], done.calls
-    assert "=== step 2/9 node-passive: not started (budget" in done.stdout
+    assert "=== step 2/11 node-passive: not started (budget" in done.stdout
     # the hung nvidia-smi ignored SIGTERM and outlived the step's shell: the script killed it, no GPU held after
     pids = [int(pid) for pid in (done.stubs / "hung.pids").read_text().split()]
     left = [pid for pid in pids if alive(pid)]
@@ -213,9 +231,11 @@ def test_every_step_runs_in_order_a_failure_stops_nothing_and_at_most_8_files_co
     assert "8 files under" in done.summary and "WARNING" not in done.stdout
     steps_log = (done.out / "steps.log").read_text()
     assert len(steps_log) < 2_000_000 and "bytes left out" in steps_log  # 300 kB of pytest output cut
-    assert "12 passed, 3000 deselected" in (done.out / "gpu-tests.txt").read_text()
+    assert "12 passed, 3000 deselected" in steps_log
     # the key lines reach the summary
-    for line in ("NVIDIA H200", "planted fault found", "busy GPU found: error busy", "12 passed", "ratio 0.998",
+    for line in ("NVIDIA H200", "planted fault found", "GPU0 gpu.gemm bf16_TFLOPS: 780, 772, 764: spread 2.1 %",
+                 "widest spread over 3 runs: 2.1 %", "Serial number: 1654123456789", "rma-h200-GPU0/rma.json",
+                 "busy GPU found: error busy", "12 passed", "ratio 0.998",
                  "5350.6 images/s", "gemmEx_bf16_TFLOPS: 780.1", "profile generic, 1 pass",
                  "profile derived-h200-sxm-141gb", "derived: gpu.memory pass (>= 142333 MiB)"):
         assert line in done.summary, (line, done.summary)

@@ -260,3 +260,18 @@ def test_a_gpu_name_nvml_did_not_give_is_an_error_even_when_the_bus_names_its_sk
     assert profile.data["skus"] == {"GPU0": "l40s", "GPU1": "l40s"}  # matched by its PCI device id
     result = gpu.model({"nvml": nvml}, profile)
     assert result.status.value == "error" and result.reason.startswith("GPU1 (") and "name not read" in result.reason
+
+
+def test_the_real_h200_was_judged_against_the_profile_its_sku_entry_gives():
+    """tests/fixtures/measured/h200-141gb-driver580/gpucheck-node-passive-derived.json: `gpucheck node` on a real
+    H200 (one SXM module in a VM, PCI device 0x2335 in nvidia-smi-q-idle.txt), 2026-11-27. The profile it derived
+    there is the one derive() gives here, and every SKU-derived check passed on that healthy GPU."""
+    report = json.loads((MEASURED / "h200-141gb-driver580" / "gpucheck-node-passive-derived.json").read_text())
+    nvml, pci = facts_of(("NVIDIA H200", 0x2335))
+    profile = derive(nvml, pci, TABLE, GENERIC)
+    assert report["profile"] == profile.name == "derived-h200-sxm-141gb"
+    assert report["thresholds"]["gpu"] == profile.data["gpu"]
+    assert report["thresholds"]["gpu"]["memory_per_gpu_MiB_min"] == 142333  # 0.99 x the table's 143771 MiB
+    statuses = {r["check"]: r["status"] for r in report["results"]}
+    assert {check: statuses[check] for check in JUDGED} == dict.fromkeys(JUDGED, "pass")
+    assert report["exit_code"] == 0
