@@ -111,7 +111,7 @@ def _through_slurm(doc: dict) -> list[str]:
 def _sinfo(env: dict[str, str]) -> str:
     """`sinfo -R` (drained nodes and why) and each node's state, as the admin node sees them."""
     out = []
-    for argv in (["sinfo", "-R", "-o", "%15N %60E"], ["sinfo", "-N", "-o", "%10N %10T"]):
+    for argv in (["sinfo", "-R", "-o", "%15N %60E"], ["sinfo", "-N", "-o", "%10N %10P %10T"]):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=dict(os.environ, **env))
         out.append(f"  $ {' '.join(argv)}\n" + "".join(f"  {line}\n" for line in
                                                        (done.stdout or done.stderr).strip().splitlines()))

@@ -26,10 +26,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workloads": FOUNDATION | {"workloads"},
     "gpuwork": {"gpuwork"},  # runs in a child process per GPU: the standard library, CuPy, NumPy, pynvml only
     "cluster": FOUNDATION | {"cluster", "cli_types", "history", "parsers", "report", "workloads"},
-    "cli": FOUNDATION | {"cli_types", "node", "parsers", "report"},
+    "cli": FOUNDATION | {"cli_types", "node", "parsers", "report", "stopped_run"},
+    "stopped_run": FOUNDATION | {"node", "report"},
     "history": FOUNDATION | {"history", "cli_types"},
     "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
-    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "rma"},
+    "schedule": FOUNDATION | {"schedule", "cli_types"},
+    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "rma", "schedule"},
     "__main__": {"main"},
 }
 

@@ -33,6 +33,21 @@ def test_a_node_the_rolling_upgrade_drained_is_left_to_the_upgrade(verdict):
     assert slurm.decide(resumed, "fail", ["gpu.xid Xid 79"]).verb == "drain"  # a reason left from before: no drain
 
 
+def test_a_scheduled_checks_drain_says_so_and_only_an_admin_or_another_scheduled_pass_clears_it():
+    """A scheduled burn-in saw what the passive health check cannot (a GPU too hot under load): the health check's
+    pass every 5 minutes must not hand the node back to jobs."""
+    action = slurm.decide(UP, "fail", ["gpu.burn GPU3 hottest sample 95 C > 87 C"], scheduled="weekly")
+    assert (action.verb, action.reason) == ("drain", "gpucheck: scheduled weekly: gpu.burn GPU3 hottest sample 95 C "
+                                                     "> 87 C")
+    drained = slurm.NodeState("n1", "IDLE+DRAIN", action.reason)
+    assert drained.ours and drained.drained_by_scheduled_check
+    kept = slurm.decide(drained, "pass", [])
+    assert kept.verb == "keep" and "drained by a scheduled active check" in kept.reason
+    assert "scontrol update nodename=n1 state=resume" in kept.reason
+    assert slurm.decide(drained, "pass", [], scheduled="daily").verb == "resume"
+    assert slurm.decide(drained, "fail", ["gpu.xid Xid 79"]).verb == "drain"  # a new fault, seen passively: said
+
+
 def test_the_same_failure_again_leaves_the_drain_as_it_is():
     reason = slurm.drain_reason(["gpu.xid Xid 79 on GPU2"])
     assert reason == OURS.reason

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import config, netbench, profiles
+from . import config, netbench, profiles, stopped_run
 from .cli_types import EXIT_CODES_HELP, Bounded, Parser, fail, port, seconds
 from .files import read_file, write_atomically, write_output
 from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
@@ -21,6 +23,19 @@ SLURM_DEADLINE_S = 60.0  # LBNL NHC's default timeout for a health check run by 
 # a burn shorter than a second has no ~1 s window to judge; a day is longer than any acceptance burn-in
 burn_seconds = Bounded(float, "a number of seconds", 1, 24 * 3600, low_included=True, high_note=" (one day)",
                        limits="seconds, 1 to 86400 = one day")
+
+SCHEDULED_KIND = re.compile(r"[a-z][a-z0-9-]{0,31}")
+SCHEDULED_HELP = ("run as the scheduled KIND check (daily, weekly) in the Slurm job `gpucheck schedule` submitted: "
+                  "tell Slurm as --slurm does, with the drain reason \"gpucheck: scheduled KIND: ...\", which the "
+                  "passive health check leaves alone; a run Slurm stops (a user job preempting it) is kept as "
+                  "preempted, never as a failure")
+
+
+def scheduled_kind(text: str) -> str:
+    if not SCHEDULED_KIND.fullmatch(text):
+        raise argparse.ArgumentTypeError("a name of lower-case letters, digits and '-', such as daily or weekly")
+    return text
+
 
 ALLOW_BUSY_HELP = ("run the active checks also on a GPU another program is using (by default such a GPU's burn-in, "
                    "peer, DCGM and NCCL checks are `error` \"busy: pid N (name) holds X GiB\" and do not run there); "
@@ -101,6 +116,7 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--config", metavar="FILE", help=f"site configuration (default: {config.DEFAULT_PATH})")
     node.add_argument("--slurm", action="store_true", help="tell Slurm: drain this node on a failure, resume "
                       "gpucheck's own drain on a pass (see below); passive checks only, --deadline 60 by default")
+    node.add_argument("--scheduled", metavar="KIND", type=scheduled_kind, help=SCHEDULED_HELP)
     node.add_argument("--slurm-node", metavar="NAME", help="this node's NodeName in Slurm (default: "
                       "$SLURMD_NODENAME, else the node whose NodeName or NodeHostName is this host's name)")
 
@@ -160,29 +176,11 @@ def cmd_node(args: argparse.Namespace) -> int:
             return node_report(args)
     except Stopped as exc:
         print(f"gpucheck: {exc}: the run and the probes it started were ended", file=sys.stderr)
+        if args.scheduled:
+            stopped_run.keep_scheduled(args, str(exc))
         if args.output is not None:
-            replace_stale_output(args, str(exc))
+            stopped_run.replace_stale_output(args, str(exc))
         return EXIT_UNKNOWN
-
-
-def replace_stale_output(args: argparse.Namespace, why: str) -> None:
-    """A stopped run's --output says so: the last run's report (a pass from yesterday) must not stay in place as if
-    it were this one's (a node_exporter textfile, a health dashboard read it as current)."""
-    import datetime as dt
-    import socket
-
-    from . import __version__
-    from .model import Report, Result, Status
-    from .report.node import render
-
-    stopped = Result("gpucheck.run", Status.ERROR, reason=f"not finished: {why}; the last report was replaced, it "
-                     "is not this run's", remediation="run gpucheck node again, with the time it needs")
-    report = Report(host=socket.gethostname(), profile=args.profile or "not chosen", results=[stopped],
-                    started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), version=__version__)
-    try:
-        write_output(args.output, render(report, args.format))
-    except OSError as exc:
-        print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
 
 
 def node_report(args: argparse.Namespace) -> int:
@@ -198,8 +196,13 @@ def node_report(args: argparse.Namespace) -> int:
     if named_active:  # a health check must never load a GPU a job may be using
         fail(f"--slurm runs the passive checks only, never an active one ({', '.join(named_active)}): run it in "
              "a job on an idle node, or from gpucheck cluster --launcher slurm --full")
-    if args.slurm_node and not args.slurm:
-        fail("--slurm-node needs --slurm")
+    if args.scheduled and args.slurm:
+        fail("--scheduled tells Slurm itself (a failure drains with a `gpucheck: scheduled` reason): leave out --slurm")
+    if args.scheduled and not os.environ.get("SLURM_JOB_ID"):
+        fail("--scheduled runs inside the Slurm job `gpucheck schedule` submits (there is no SLURM_JOB_ID here): "
+             "by hand, run gpucheck node --full")
+    if args.slurm_node and not (args.slurm or args.scheduled):
+        fail("--slurm-node needs --slurm or --scheduled")
     deadline = args.deadline if args.deadline is not None or not args.slurm else SLURM_DEADLINE_S
     try:
         site = config.load(args.config)
@@ -210,6 +213,8 @@ def node_report(args: argparse.Namespace) -> int:
                           site)
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))
+    if args.scheduled:
+        report.facts["scheduled"] = {"kind": args.scheduled, "job": os.environ["SLURM_JOB_ID"]}
     if note := remember_clean_run(report.results):  # the next run's Xid window starts where this one read to
         print(f"gpucheck: note: {note}", file=sys.stderr)
     active = any(c.active for c in all_checks() if c.id in {r.check for r in report.results})  # --full, --only
@@ -221,7 +226,7 @@ def node_report(args: argparse.Namespace) -> int:
     if note := write_textfile(site.prometheus_textfile, report):
         print(f"gpucheck: note: {note}", file=sys.stderr)
     # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk)
-    code = tell_slurm(args.slurm_node, report) if args.slurm else report.exit_code
+    code = tell_slurm(args.slurm_node, report, args.scheduled) if args.slurm or args.scheduled else report.exit_code
     text = render(report, args.format)
     if args.output is None:
         sys.stdout.write(text)
@@ -229,7 +234,7 @@ def node_report(args: argparse.Namespace) -> int:
     try:
         write_output(args.output, text)
     except OSError as exc:
-        if not args.slurm:
+        if not (args.slurm or args.scheduled):
             fail(f"cannot write {args.output}: {exc.strerror or exc}")
         print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc} (Slurm was told first)",
               file=sys.stderr)
@@ -253,7 +258,7 @@ def write_textfile(path: str | None, report: Any) -> str | None:
     return None
 
 
-def tell_slurm(node: str | None, report: Any) -> int:
+def tell_slurm(node: str | None, report: Any, scheduled: str | None = None) -> int:
     """Drain or resume this node in Slurm by the report's verdict (slurm.decide); the exit code --slurm gives."""
     from . import slurm
 
@@ -261,7 +266,7 @@ def tell_slurm(node: str | None, report: Any) -> int:
     findings = [f"{r.check} {r.reason}".strip() for r in report.results if r.status.value == "fail"]
     try:
         current = slurm.show_node(slurm.this_node(node))
-        action = slurm.decide(current, verdict, findings)
+        action = slurm.decide(current, verdict, findings, scheduled)
         slurm.apply(action)
     except slurm.SlurmError as exc:
         print(f"gpucheck: slurm: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ from .cluster import cli as cluster_cli
 from .history import diff_cli, history_cli
 from .model import EXIT_UNKNOWN
 from .rma import rma_cli
+from .schedule import schedule_cli
 
 DESCRIPTION = "Prove that GPU servers are ready for distributed training."
 # `gpucheck --help` only: each command's --help has its own description, options, exit codes and examples.
@@ -28,6 +29,7 @@ examples:
   gpucheck diff before.json after.json   what an upgrade changed: versions, verdicts, figures
   gpucheck history show node07           node07's figures over its last runs (every cluster run is recorded)
   gpucheck rma 3                         GPU3's evidence for the vendor in one archive: identity, failures, Xids
+  gpucheck schedule                      daily light checks and a weekly burn-in on idle nodes, as Slurm jobs
 
 Each command's description, options, exit codes and examples: gpucheck COMMAND --help
 """
@@ -43,6 +45,7 @@ def build_parser() -> Parser:
     diff_cli.add_parser(sub)
     history_cli.add_parser(sub)
     rma_cli.add_parser(sub)
+    schedule_cli.add_parser(sub)
     return parser
 
 
@@ -53,7 +56,7 @@ def dispatch(argv: list[str] | None) -> int:
         parser.print_help()
         return EXIT_UNKNOWN
     handlers = {**cli.HANDLERS, "cluster": cluster_cli.run, "diff": diff_cli.run, "history": history_cli.run,
-                "rma": rma_cli.run}
+                "rma": rma_cli.run, "schedule": schedule_cli.cmd_schedule}
     return handlers[args.command](args)
 
 

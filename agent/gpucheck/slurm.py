@@ -22,12 +22,17 @@ REASON_PREFIX = "gpucheck:"  # a resume undoes only the drains that carry it
 # The rolling upgrade's drain (playbooks/upgrade.yml): a node half-way through its upgrade, or stopped by one, may
 # pass the passive checks, and must not be put back by them; only the upgrade resumes it.
 UPGRADE_PREFIX = "gpucheck: upgrade"
+# A scheduled active check's drain (gpucheck schedule, docs/slurm.md): the passive health check cannot see what an
+# active check saw (a slow GPU, a memory fault under load), so its pass must not put the node back.
+SCHEDULED_PREFIX = "gpucheck: scheduled"
 REASON_MAX = 240  # Slurm keeps longer reasons, but sinfo -R and squeue show the first few dozen characters
 SCONTROL_TIMEOUT_S = 30.0
 # What scontrol prints when it cannot do what it was asked, and what that means here.
 KNOWN_FAILURES = (
     (re.compile(r"Unable to contact slurm controller|Connection refused|connect failure", re.I),
      "slurmctld does not answer (is it running, and is this machine's slurm.conf the cluster's?)"),
+    (re.compile(r"fetch_config|_establish_config_source|Could not establish a configuration source", re.I),
+     "no Slurm configuration here (SLURM_CONF, /etc/slurm/slurm.conf): is this machine a client of the cluster?"),
     (re.compile(r"Node \S+ not found|Invalid node name", re.I), "Slurm does not know node {node}"),
     (re.compile(r"Invalid user id|Access/permission denied|Permission denied", re.I),
      "not allowed to change node states (run as root or SlurmUser)"),
@@ -86,6 +91,10 @@ class NodeState:
     def upgrading(self) -> bool:
         return self.drained and self.reason.startswith(UPGRADE_PREFIX)
 
+    @property
+    def drained_by_scheduled_check(self) -> bool:
+        return self.drained and self.reason.startswith(SCHEDULED_PREFIX)
+
 
 # A node name scontrol would read as more than one node (a hostlist: gpu-[01-26], a,b, gpu-*) or as nothing.
 NOT_ONE_NODE = re.compile(r"[\[\],*?\s=]|^$")
@@ -103,17 +112,25 @@ def one_node(name: str) -> str:
 
 def scontrol(args: list[str], node: str = "", doing: str = "change the state of") -> str:
     """Run scontrol; its stdout, or a SlurmError saying in one line why not."""
-    done = run(["scontrol", *args], SCONTROL_TIMEOUT_S)
+    return client("scontrol", args, node, doing)
+
+
+def client(program: str, args: list[str], node: str = "", doing: str = "change the state of",
+           input_text: str | None = None) -> str:
+    """Run one of Slurm's client commands (scontrol, squeue, sbatch, sinfo); its stdout, or a SlurmError saying in
+    one line why not."""
+    done = run([program, *args], SCONTROL_TIMEOUT_S, input_text=input_text)
     if done.not_found:
-        raise SlurmError("scontrol not found on PATH: is this a Slurm node (the slurm-client package)?")
+        raise SlurmError(f"{program} not found on PATH: is this a Slurm node (the slurm-client package)?")
     if done.timed_out:
-        raise SlurmError(f"scontrol {args[0]} did not answer within {SCONTROL_TIMEOUT_S:g} s (slurmctld hung?)")
+        raise SlurmError(f"{program} {args[0] if args else ''} did not answer within {SCONTROL_TIMEOUT_S:g} s "
+                         "(slurmctld hung?)")
     if done.returncode != 0:
         said = " ".join((done.stderr.strip() or done.stdout.strip()).split())
         for pattern, meaning in KNOWN_FAILURES:
             if pattern.search(said):
-                raise SlurmError(f"{meaning.format(node=node or '?', doing=doing)}: scontrol said: {said[:200]}")
-        raise SlurmError(f"scontrol {' '.join(args[:2])} exited {done.returncode}: {said[:200]}")
+                raise SlurmError(f"{meaning.format(node=node or '?', doing=doing)}: {program} said: {said[:200]}")
+        raise SlurmError(f"{program} {' '.join(args[:2])} exited {done.returncode}: {said[:200]}")
     return done.stdout
 
 
@@ -123,6 +140,14 @@ def show_node(name: str) -> NodeState:
     if re.search(r"(?:^|\s)State=\S", text) is None:
         raise SlurmError(f"Slurm does not know node {name}: scontrol show node printed no State")
     return _node_state(name, text)
+
+
+def job_state(job_id: str) -> tuple[str, str]:
+    """(JobState, Reason) of a job as slurmctld has it now (`scontrol show job ID`)."""
+    text = client("scontrol", ["show", "job", job_id], doing="read the state of job")
+    state = re.search(r"(?:^|\s)JobState=(\S+)", text)
+    reason = re.search(r"(?:^|\s)Reason=(\S+)", text)
+    return (state.group(1) if state else "UNKNOWN"), (reason.group(1) if reason else "None")
 
 
 def all_nodes() -> dict[str, NodeState]:
@@ -167,10 +192,12 @@ def this_node(explicit: str | None = None) -> str:
                      "pass the node's name with --slurm-node")
 
 
-def drain_reason(findings: list[str]) -> str:
-    """`gpucheck: <check> <reason>[; ...]` on one line, at most REASON_MAX characters."""
+def drain_reason(findings: list[str], scheduled: str | None = None) -> str:
+    """`gpucheck: <check> <reason>[; ...]` on one line (`gpucheck: scheduled KIND: ...` for a scheduled active
+    check), at most REASON_MAX characters."""
     text = " ".join("; ".join(findings).split())
-    reason = f"{REASON_PREFIX} {text}".strip()
+    head = f"{SCHEDULED_PREFIX} {scheduled}:" if scheduled else REASON_PREFIX
+    reason = f"{head} {text}".strip()
     return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
 
 
@@ -193,9 +220,10 @@ def verdict_of(exit_code: int) -> str:
     return "fail" if exit_code == EXIT_FAIL else "error" if exit_code == EXIT_UNKNOWN else "pass"
 
 
-def decide(current: NodeState, verdict: str, findings: list[str]) -> Action:
+def decide(current: NodeState, verdict: str, findings: list[str], scheduled: str | None = None) -> Action:
     """What to do with a node gpucheck judged: `verdict` is fail (drain), pass (resume a drain of ours) or
-    error (could not judge: change nothing, a blip must never drain a node or put a bad one back)."""
+    error (could not judge: change nothing, a blip must never drain a node or put a bad one back). `scheduled`:
+    the kind of scheduled active check that judged it (gpucheck schedule), None for any other run."""
     name = current.name
     if current.upgrading and verdict != "error":
         return Action("keep", name, f"drained by gpucheck's rolling upgrade ({current.reason}): only the upgrade "
@@ -204,11 +232,15 @@ def decide(current: NodeState, verdict: str, findings: list[str]) -> Action:
         if current.out_of_service and not current.ours:
             return Action("keep", name, f"already {current.state} by someone else ({current.reason or 'no reason'}): "
                                         "gpucheck leaves an admin's state alone")
-        reason = drain_reason(findings)
+        reason = drain_reason(findings, scheduled)
         if current.drained and current.reason == reason:
             return Action("keep", name, f"already drained for the same reason ({reason})")
         return Action("drain", name, reason)
     if verdict == "pass":
+        if current.drained_by_scheduled_check and not scheduled:
+            return Action("keep", name, f"drained by a scheduled active check ({current.reason}): this run cannot "
+                                        "see what that check saw; resume it once repaired (scontrol update "
+                                        f"nodename={name} state=resume)")
         if current.drained and current.ours:
             return Action("resume", name, current.reason)
         why = f"drained by someone else ({current.reason or 'no reason'}): only its owner resumes it" \

@@ -32,7 +32,7 @@ def health_check(name: str) -> subprocess.CompletedProcess:
 
 def test_the_scheduler_stage_builds_a_cluster_check_mode_works_and_gres_are_the_gpus(slurm) -> None:
     assert set(changed(scheduler("--check").stdout).values()) == {0}
-    nodes = slurm_cmd(slurm, "sinfo", "-h", "-N", "-o", "%N")
+    nodes = slurm_cmd(slurm, "sinfo", "-h", "-N", "-p", "gpu", "-o", "%N")
     assert nodes.split() == ["node01", "node02", "node03", FAULTY]
     assert "Gres=gpu:8" in slurm_cmd(slurm, "scontrol", "show", "node", "node01")
     config = slurm_cmd(slurm, "scontrol", "show", "config")

@@ -351,6 +351,23 @@ def test_a_signal_to_the_agents_group_ends_the_probe_too(signum, sleeper, tmp_pa
     assert not alive(probe[0])
 
 
+def stopped_once_probing(args: list[str], env: dict[str, str], pidfile: Path) -> tuple[int, str]:
+    """`gpucheck node ARGS`, sent SIGTERM once its probe (the sleeper) runs; (exit code, stderr)."""
+    agent = subprocess.Popen([sys.executable, "-m", "gpucheck", "node", *args], env=env, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        waited = time.monotonic()
+        while not pids_in(pidfile) and time.monotonic() - waited < 60 and agent.poll() is None:
+            time.sleep(0.1)
+        assert pids_in(pidfile), "the probe never started"
+        os.killpg(agent.pid, signal.SIGTERM)
+        _, err = agent.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(agent.pid, signal.SIGKILL)
+    return agent.returncode, err
+
+
 def test_a_stopped_run_replaces_the_last_output_so_it_never_reads_as_current(sleeper, tmp_path):
     """After SIGTERM, yesterday's passing --output report stayed in place as if it were this run's."""
     python, pidfile = sleeper(tmp_path / "stack" / "bin" / "python")
@@ -358,23 +375,37 @@ def test_a_stopped_run_replaces_the_last_output_so_it_never_reads_as_current(sle
     output.write_text(json.dumps({"exit_code": 0, "results": [{"check": "gpu.count", "status": "pass"}]}))
     env = dict(os.environ, GPUCHECK_CONFIG=str(node_yaml(tmp_path, python, ["tensorflow"])),
                PYTHONPATH=str(ROOT / "agent"))
-    agent = subprocess.Popen([sys.executable, "-m", "gpucheck", "node", "--only", "frameworks.tensorflow",
-                              "--format", "json", "--timeout", "120", "--output", str(output)], env=env,
-                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        waited = time.monotonic()
-        while not pids_in(pidfile) and time.monotonic() - waited < 60 and agent.poll() is None:
-            time.sleep(0.1)
-        assert pids_in(pidfile), "the probe never started"
-        os.killpg(agent.pid, signal.SIGTERM)
-        agent.communicate(timeout=30)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(agent.pid, signal.SIGKILL)
-    assert agent.returncode == 3
+    code, _ = stopped_once_probing(["--only", "frameworks.tensorflow", "--format", "json", "--timeout", "120",
+                                    "--output", str(output)], env, pidfile)
+    assert code == 3
     report = json.loads(output.read_text())
     assert report["exit_code"] == 3 and [r["status"] for r in report["results"]] == ["error"]
     assert report["results"][0]["reason"].startswith("not finished: stopped by SIGTERM; the last report was replaced")
+
+
+@pytest.mark.parametrize(("job_state", "outcome"), [("PENDING", "preempted"), ("CANCELLED", "cancelled")])
+def test_a_scheduled_check_slurm_stopped_is_kept_as_preempted_never_as_a_failure(sleeper, fake_bin, tmp_path,
+                                                                                 job_state, outcome):
+    """gpucheck schedule's job, stopped by Slurm's SIGTERM: a user job preempting it (Slurm requeued it: PENDING
+    again) or an admin's scancel (CANCELLED). The node's kept reports hold it as an error saying which, never a
+    fail (which would count toward a repeat offender); nothing is drained. The real preemption:
+    tests/cluster_lab/test_schedule_lab.py."""
+    python, pidfile = sleeper(tmp_path / "stack" / "bin" / "python")
+    fake_bin.add("scontrol", f"JobId=77 JobName=gpucheck-weekly-node01\n   JobState={job_state} Reason=None "
+                             "Dependency=(null)\n")
+    env = dict(os.environ, GPUCHECK_CONFIG=str(node_yaml(tmp_path, python, ["tensorflow"])), SLURM_JOB_ID="77",
+               PYTHONPATH=str(ROOT / "agent"), PATH=fake_bin.path(), GPUCHECK_STATE_DIR=str(tmp_path / "state"))
+    code, err = stopped_once_probing(["--scheduled", "weekly", "--only", "frameworks.tensorflow", "--format", "json",
+                                      "--timeout", "120"], env, pidfile)
+    assert code == 3, err
+    assert f"gpucheck: scheduled weekly check {outcome} (job 77 {job_state}): kept as such, not a failure" in err
+    [kept] = list((tmp_path / "state" / "reports").iterdir())
+    assert kept.name.endswith("-error.json"), kept.name
+    report = json.loads(kept.read_text())
+    assert report["facts"]["scheduled"] == {"kind": "weekly", "job": "77", "stopped": outcome, "job_state": job_state}
+    [run] = report["results"]
+    assert run["status"] == "error" and run["reason"].startswith(f"{outcome}: Slurm stopped this scheduled weekly "
+                                                                 "check (stopped by SIGTERM; job 77 " + job_state)
 
 
 # ---------------------------------------------------------------- a stack python that does not answer

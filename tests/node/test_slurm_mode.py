@@ -36,11 +36,13 @@ def health_check(libdir, fake_bin, fabric_manager, tmp_path, slurm):
     config.write_text("profile: auto\n")
     sysfs = write_pci_tree(tmp_path / "sys", DGX_H100_BUS, NVSWITCHES)
 
-    def run(scenario: str, *args: str, path: str | None = None, conf: dict[str, str] | None = None):
+    def run(scenario: str, *args: str, path: str | None = None, conf: dict[str, str] | None = None,
+            mode: tuple[str, ...] = ("--slurm",), **extra_env: str):
         env = env_for(scenario_path(scenario), libdir)
-        env.update(PATH=path or fake_bin.path(), GPUCHECK_CONFIG=str(config), GPUCHECK_SYSFS_ROOT=str(sysfs))
+        env.update(PATH=path or fake_bin.path(), GPUCHECK_CONFIG=str(config), GPUCHECK_SYSFS_ROOT=str(sysfs),
+                   GPUCHECK_STATE_DIR=str(tmp_path / "state"), **extra_env)
         env.update(conf if conf is not None else slurm.env)
-        return run_gpucheck(["node", "--slurm", "--profile", CI_PROFILE, *args], env)
+        return run_gpucheck(["node", *mode, "--profile", CI_PROFILE, *args], env)
 
     return run
 
@@ -74,6 +76,29 @@ def test_a_failure_drains_with_a_gpucheck_reason_and_a_pass_resumes(health_check
     state, reason = slurm.state()
     assert "DRAIN" not in state and reason == ""
     assert f"resumed {slurmkit.NODE}" in repaired.stderr
+
+
+def test_a_scheduled_checks_failure_drains_saying_so_and_the_health_checks_pass_leaves_it(health_check, slurm):
+    """gpucheck schedule's job (SLURM_JOB_ID set, as slurmd sets it): its failure drains with the kind of check in
+    the reason; the passive health check's pass on the same node then leaves that drain to the admin."""
+    faulty = health_check("ecc-uncorrected", mode=("--scheduled", "daily"), SLURM_JOB_ID="4242",
+                          SLURMD_NODENAME=slurmkit.NODE)
+    assert faulty.returncode == 2, faulty.stderr
+    state, reason = slurm.state()
+    assert "DRAIN" in state and reason.startswith("gpucheck: scheduled daily: gpu.ecc_errors "), (state, reason)
+    healthy = health_check("dgx-h100")
+    assert healthy.returncode == 0, healthy.stderr
+    assert "drained by a scheduled active check" in healthy.stderr, healthy.stderr
+    assert slurm.state()[1] == reason and "DRAIN" in slurm.state()[0]
+
+
+def test_scheduled_outside_a_slurm_job_or_with_slurm_is_one_line(health_check):
+    alone = health_check("dgx-h100", mode=("--scheduled", "daily"))
+    assert alone.returncode == 3 and "there is no SLURM_JOB_ID here" in alone.stderr, alone.stderr
+    both = health_check("dgx-h100", mode=("--slurm", "--scheduled", "daily"), SLURM_JOB_ID="1")
+    assert both.returncode == 3 and "leave out --slurm" in both.stderr, both.stderr
+    bad = health_check("dgx-h100", mode=("--scheduled", "Daily!"), SLURM_JOB_ID="1")
+    assert bad.returncode == 3 and "lower-case letters" in bad.stderr, bad.stderr
 
 
 def test_an_admins_drain_is_never_undone_nor_overwritten(health_check, slurm):

@@ -1,0 +1,157 @@
+"""`gpucheck schedule`: queue each node's scheduled active checks in Slurm (docs/slurm.md). Bad input and a Slurm
+that cannot be asked are one line and exit 3."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+from typing import Any
+
+from .. import slurm
+from ..cli_types import fail
+from ..model import EXIT_OK
+from . import jobs
+
+DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
+UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+EPILOG = """\
+Each node of the partition gets one job per kind, gpucheck-KIND-NODE: the whole node (--exclusive), in the
+scheduled-checks partition (the slurm role's slurm_scheduled_checks: the lowest PriorityTier, PreemptMode=REQUEUE),
+so it starts only where no user job runs, and a user job that needs the node preempts it: Slurm requeues it and
+the node's kept reports say "preempted", never a failure. A check that fails drains the node with the reason
+"gpucheck: scheduled KIND: ...", which the passive health check does not undo. Each job, at its end, queues the
+next one EVERY later, so squeue shows when every node's next check begins. Run it again at any time: a node and
+kind already queued is left as it is.
+
+exit codes: 0 done; 3 bad input, or Slurm could not be asked (not a Slurm client, slurmctld down, no partition).
+
+examples:
+  gpucheck schedule                        daily light checks and a weekly burn-in on every node of the partition
+  gpucheck schedule --dry-run              what it would queue, and what is queued now
+  gpucheck schedule --weekly 14d --weekly-args="--full --burn-seconds 600"
+  gpucheck schedule --daily 0              weekly only (a kind already queued stays: --off first)
+  gpucheck schedule --nodes node07,node08  only these nodes
+  gpucheck schedule --off                  cancel every scheduled check
+  squeue -p gpucheck -o "%.10i %.32j %.9T %S"   the schedule, as Slurm has it
+"""
+
+
+def duration(text: str) -> int:
+    """1d, 7d, 12h, 30m, 3600s or a number of seconds; 0 turns that kind off."""
+    match = DURATION.fullmatch(text.strip().lower())
+    if not match:
+        raise argparse.ArgumentTypeError("a duration such as 1d, 7d, 12h, 30m or 3600 (seconds); 0 turns it off")
+    value = int(match.group(1)) * UNIT_S[match.group(2)]
+    if 0 < value < 600:
+        raise argparse.ArgumentTypeError(f"{text}: at least 10 minutes between two checks of a node (0: off)")
+    return value
+
+
+def node_args(text: str) -> list[str]:
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    taken = {"--scheduled", "--slurm", "--slurm-node", "--format", "--output"} & {a.split("=")[0] for a in argv}
+    if taken:
+        raise argparse.ArgumentTypeError(f"{', '.join(sorted(taken))} is the scheduled job's own")
+    return argv
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("schedule", help="queue the periodic active checks of idle nodes in Slurm",
+                       description="Queue each node's scheduled active checks as Slurm jobs: the light active "
+                                   "checks daily, the full burn-in weekly (both configurable), each on one idle "
+                                   "node at a time, in a partition user jobs preempt; results go to the node's "
+                                   "kept reports, and so to the history.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--partition", default=jobs.DEFAULT_PARTITION, help="the scheduled-checks partition (default: "
+                   "%(default)s)")
+    for kind in jobs.KINDS:
+        p.add_argument(f"--{kind}", type=duration, metavar="EVERY", default=jobs.DEFAULT_EVERY_S[kind],
+                       help=f"how often the {kind} check runs on each node (default: "
+                            f"{jobs.DEFAULT_EVERY_S[kind] // 86400}d; 0: off)")
+        p.add_argument(f"--{kind}-args", type=node_args, metavar="ARGS", default=jobs.DEFAULT_ARGS[kind],
+                       help=f"gpucheck node's options for it, one string, after = (default: "
+                            f"--{kind}-args=\"{shlex.join(jobs.DEFAULT_ARGS[kind])}\")")
+    p.add_argument("--nodes", metavar="NAME[,NAME...]", help="only these nodes (default: every node of the partition)")
+    p.add_argument("--gpucheck", default="gpucheck", metavar="PATH", help="the gpucheck command on the nodes "
+                   "(default: %(default)s, on the job's PATH)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be queued, queue nothing")
+    p.add_argument("--off", action="store_true", help="cancel every scheduled check in the partition")
+    p.add_argument("--next", choices=jobs.KINDS, help=argparse.SUPPRESS)  # a job queuing its own successor
+    p.add_argument("--node", help=argparse.SUPPRESS)
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    settings = jobs.Settings(partition=args.partition,
+                             every_s={kind: getattr(args, kind) for kind in jobs.KINDS},
+                             args={kind: getattr(args, f"{kind}_args") for kind in jobs.KINDS},
+                             gpucheck=args.gpucheck)
+    if bool(args.next) != bool(args.node):
+        fail("--next and --node go together (the scheduled job queuing its successor)")
+    try:
+        if args.off:
+            return cancel_all(settings, args.dry_run)
+        if args.next:
+            return queue_successor(settings, args.next, args.node)
+        return queue_missing(settings, args.nodes, args.dry_run)
+    except slurm.SlurmError as exc:
+        fail(f"slurm: {exc}")
+    return EXIT_OK
+
+
+def cancel_all(settings: jobs.Settings, dry_run: bool) -> int:
+    found = jobs.queued(settings.partition)
+    for job in found:
+        if not dry_run:
+            jobs.cancel(job.job)
+        print(f"{job.name}: job {job.job} ({job.state}) {'would be ' if dry_run else ''}cancelled")
+    if not found:
+        print(f"no scheduled check is queued in partition {settings.partition}")
+    return EXIT_OK
+
+
+def queue_successor(settings: jobs.Settings, kind: str, node: str) -> int:
+    """Called by a scheduled job at its end: the next check of its node, EVERY from now, unless one is queued."""
+    every = settings.every_s.get(kind, 0)
+    if not every:
+        print(f"{jobs.job_name(kind, node)}: {kind} checks are off: nothing queued")
+        return EXIT_OK
+    me = os.environ.get("SLURM_JOB_ID", "")
+    name = jobs.job_name(kind, node)
+    other = [j for j in jobs.queued(settings.partition) if j.name == name and j.job != me and j.state != "RUNNING"]
+    if other:
+        print(f"{name}: job {other[0].job} already queued ({other[0].state}, begins {other[0].begins})")
+        return EXIT_OK
+    job = jobs.submit(settings, kind, node, f"now+{every}")
+    print(f"{name}: job {job} queued, to begin {every} s from now")
+    return EXIT_OK
+
+
+def queue_missing(settings: jobs.Settings, nodes_arg: str | None, dry_run: bool) -> int:
+    nodes = [n for n in (nodes_arg or "").split(",") if n] or jobs.partition_nodes(settings.partition)
+    if not nodes:
+        fail(f"partition {settings.partition} has no nodes (is the slurm role's slurm_scheduled_checks on?)")
+    if not settings.kinds():
+        fail("every kind of check is off (--daily 0 --weekly 0): nothing to schedule")
+    for node in nodes:  # every name checked before anything is queued
+        slurm.one_node(node)
+    live = {j.name: j for j in jobs.queued(settings.partition) if j.state in jobs.LIVE_STATES}
+    for node in nodes:
+        for kind in settings.kinds():
+            name = jobs.job_name(kind, node)
+            if name in live:
+                job = live[name]
+                print(f"{name}: job {job.job} already queued ({job.state}, begins {job.begins})")
+            elif dry_run:
+                print(f"{name}: would queue: {shlex.join(settings.args[kind])}, every {settings.every_s[kind]} s")
+            else:
+                job = jobs.submit(settings, kind, node, "now")
+                print(f"{name}: job {job} queued: {shlex.join(settings.args[kind])}, every {settings.every_s[kind]} s")
+    sys.stdout.flush()
+    return EXIT_OK
