@@ -32,6 +32,22 @@ def test_check_mode_writes_the_cluster_from_the_inventory(ansible_repo) -> None:
     assert conf.exists() == existed  # check mode: nothing written
 
 
+def test_scheduled_checks_add_their_partition_under_every_user_partition_and_queue_nothing_in_check_mode(
+        ansible_repo) -> None:
+    """slurm_scheduled_checks: the checks' partition at the lowest tier, requeued when preempted; user partitions
+    above it and never preempted. The lab runs the real preemption (tests/cluster_lab/test_schedule_lab.py)."""
+    variables = hosts()
+    for host in variables.values():
+        host["slurm_scheduled_checks"] = True
+    code, output = play(ansible_repo, "slurm-scheduled", role_play("slurm"), variables, "--diff")
+    assert code == 0, output[-4000:]
+    assert "PreemptType=preempt/partition_prio" in output and "PreemptMode=REQUEUE" in output
+    assert "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE PriorityTier=10 PreemptMode=OFF State=UP" in output
+    assert ("PartitionName=gpucheck Nodes=ALL Default=NO MaxTime=4:00:00 PriorityTier=1 PreemptMode=REQUEUE "
+            "State=UP") in output
+    assert "skipping: [ctl]" in output.split("Queue the scheduled active checks", 1)[1].split("TASK", 1)[0]
+
+
 def test_the_gpu_device_files_can_be_elsewhere_and_no_gpus_is_no_gres(ansible_repo) -> None:
     variables = hosts()
     for host in variables.values():
