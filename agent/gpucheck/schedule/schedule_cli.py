@@ -7,7 +7,6 @@ import argparse
 import os
 import re
 import shlex
-import sys
 from typing import Any
 
 from .. import slurm
@@ -102,7 +101,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         return queue_missing(settings, args.nodes, args.dry_run)
     except slurm.SlurmError as exc:
         fail(f"slurm: {exc}")
-    return EXIT_OK
 
 
 def cancel_all(settings: jobs.Settings, dry_run: bool) -> int:
@@ -153,5 +151,4 @@ def queue_missing(settings: jobs.Settings, nodes_arg: str | None, dry_run: bool)
             else:
                 job = jobs.submit(settings, kind, node, "now")
                 print(f"{name}: job {job} queued: {shlex.join(settings.args[kind])}, every {settings.every_s[kind]} s")
-    sys.stdout.flush()
     return EXIT_OK
