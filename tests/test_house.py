@@ -28,10 +28,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cluster": FOUNDATION | {"cluster", "cli_types", "history", "parsers", "report", "workloads"},
     "cli": FOUNDATION | {"cli_types", "node", "parsers", "report", "stopped_run"},
     "stopped_run": FOUNDATION | {"node", "report"},
+    "kept_cli": FOUNDATION | {"cli_types", "node"},
     "history": FOUNDATION | {"history", "cli_types"},
     "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
     "schedule": FOUNDATION | {"schedule", "cli_types"},
-    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "rma", "schedule"},
+    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule"},
     "__main__": {"main"},
 }
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, cli
+from . import __version__, cli, kept_cli
 from .cli_types import EXIT_CODES_HELP, Parser, guarded
 from .cluster import cli as cluster_cli
+from .cluster import collect_cli
 from .history import diff_cli, history_cli
 from .model import EXIT_UNKNOWN
 from .rma import rma_cli
@@ -28,6 +29,7 @@ examples:
   gpucheck checks                        every check id and what it verifies
   gpucheck diff before.json after.json   what an upgrade changed: versions, verdicts, figures
   gpucheck history show node07           node07's figures over its last runs (every cluster run is recorded)
+  gpucheck history collect -i inventory/prod   every node's kept reports (health checks, scheduled checks)
   gpucheck rma 3                         GPU3's evidence for the vendor in one archive: identity, failures, Xids
   gpucheck schedule                      daily light checks and a weekly burn-in on idle nodes, as Slurm jobs
 
@@ -43,7 +45,8 @@ def build_parser() -> Parser:
     cli.add_parsers(sub)
     cluster_cli.add_parser(sub)
     diff_cli.add_parser(sub)
-    history_cli.add_parser(sub)
+    collect_cli.add_parser(*history_cli.add_parser(sub))
+    kept_cli.add_parser(sub)
     rma_cli.add_parser(sub)
     schedule_cli.add_parser(sub)
     return parser
@@ -55,8 +58,10 @@ def dispatch(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_UNKNOWN
+    if args.command == "history" and args.verb == "collect":
+        return collect_cli.run(args)
     handlers = {**cli.HANDLERS, "cluster": cluster_cli.run, "diff": diff_cli.run, "history": history_cli.run,
-                "rma": rma_cli.run, "schedule": schedule_cli.cmd_schedule}
+                "kept": kept_cli.run, "rma": rma_cli.run, "schedule": schedule_cli.cmd_schedule}
     return handlers[args.command](args)
 
 

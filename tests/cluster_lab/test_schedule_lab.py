@@ -2,7 +2,8 @@
 scheduled-checks partition (lowest PriorityTier, PreemptMode=REQUEUE; inventory/lab turns it on and queues
 nothing), jobs queued from this machine as an admin node does, run by slurmd on the nodes with the agent there.
 Checked as Slurm says it: squeue for the jobs and their successors, scontrol for node states and requeues, and the
-node's kept reports for what each run recorded. Each test cancels what it queued (`gpucheck schedule --off`).
+node's kept reports for what each run recorded, which `gpucheck history collect` brings to the admin node's
+store. Each test cancels what it queued (`gpucheck schedule --off`).
 
 The lab's GPUs are simulated below NVML, with no CUDA device (inventory/lab: CuPy imports, no burn-in runs), so
 the jobs here run checks the lab can answer, through --daily-args/--weekly-args: passive ones, a check held by a
@@ -18,10 +19,14 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from cluster_lab_helpers import ROOT, lab, slurm_cmd
 from test_slurm_lab import health_check, node
+
+from gpucheck.history.records import utc
+from gpucheck.history.store import Store
 
 pytestmark = pytest.mark.lab
 
@@ -72,6 +77,15 @@ def kept(name: str) -> list[dict]:
     return json.loads(done.stdout)
 
 
+def collect_history(store: Path, nodes: str) -> subprocess.CompletedProcess:
+    """`gpucheck history collect` from this machine, as from the admin node: the nodes' kept reports, over SSH."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT / "agent")}
+    environ.pop("ANSIBLE_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "gpucheck", "history", "collect", "-i",
+                           str(ROOT / "inventory" / "lab" / "hosts.yml"), "--limit", nodes, "--store", str(store)],
+                          capture_output=True, text=True, env=environ, timeout=300, cwd=ROOT)
+
+
 def in_service(env: dict[str, str], *names: str) -> None:
     for name in names:
         if "DRAIN" in node(env, name)[0]:
@@ -88,7 +102,7 @@ def clean(slurm):
     in_service(slurm, "node01", "node02")
 
 
-def test_the_daily_checks_run_on_idle_nodes_and_queue_their_successors_a_day_later(clean) -> None:
+def test_the_daily_checks_run_on_idle_nodes_and_queue_their_successors_a_day_later(clean, tmp_path) -> None:
     env = clean
     args = ("--nodes", "node01,node02", "--weekly", "0", "--daily", "1d",
             "--daily-args", "--only gpu.count gpu.memory gpu.ecc_errors")
@@ -112,11 +126,20 @@ def test_the_daily_checks_run_on_idle_nodes_and_queue_their_successors_a_day_lat
         assert job["state"] == "PENDING" and job["reason"] == "BeginTime", queue
         begins = time.mktime(time.strptime(job["start"], "%Y-%m-%dT%H:%M:%S"))
         assert abs(begins - tomorrow) < 600, (job, time.ctime(tomorrow))
+    # the admin node's history store gets them by `gpucheck history collect`
+    store = tmp_path / "history.sqlite"
+    collected = collect_history(store, "node01,node02")
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    with Store(store, create=False) as history:
+        recorded = history.query("SELECT r.source, r.started, nr.node, nr.status FROM runs r "
+                                 "JOIN node_runs nr ON nr.run_id = r.id")
     for name in ("node01", "node02"):
         report = next(r for r in reversed(kept(name)) if (r.get("facts") or {}).get("scheduled"))
         assert report["facts"]["scheduled"]["kind"] == "daily" and report["exit_code"] == 0, report["results"]
         assert report["facts"]["scheduled"]["job"] == first[f"gpucheck-daily-{name}"]
         assert {r["check"] for r in report["results"]} == {"gpu.count", "gpu.memory", "gpu.ecc_errors"}
+        assert [(r["node"], r["status"]) for r in recorded if r["started"] == utc(report["started"])
+                and r["source"].startswith(f"{name}:kept/")] == [(name, "pass")], recorded
     again = schedule(env, *args)  # queued already: nothing more
     assert again.stdout.count("already queued (PENDING") == 2, again.stdout
     assert len(jobs(env)) == 2

@@ -138,3 +138,34 @@ def test_fake_memory_runs_out_and_comes_back_like_a_gpus() -> None:
     assert refused == "OutOfMemoryError"
     assert free2 == free0
     assert implicit == "refused"  # as CuPy: device arrays reach numpy only through .get()
+
+
+MODELLED = """
+import json, time
+import cupy as cp
+from gpucheck.gpuwork import gemm
+found = {}
+for device in (0, 1):
+    with cp.cuda.Device(device):
+        for dtype in ("bf16", "fp32"):
+            found[f"{device} {dtype}"] = gemm.measure(cp, dtype, 128, 10)
+        call = gemm.gemm_call(cp, "fp32", 128)
+        began = time.perf_counter()
+        call()
+        found[f"{device} launch_s"] = time.perf_counter() - began
+        cp.cuda.runtime.deviceSynchronize()
+print(json.dumps(found))
+"""
+
+
+def test_a_gpu_on_the_modelled_clock_measures_its_set_speed_and_a_slowed_one_ten_percent_less() -> None:
+    """FAKECUPY_TFLOPS: each GEMM takes its flops at that rate, whatever the CPU; FAKECUPY_SPEED names the second
+    GPU by its CUDA_VISIBLE_DEVICES entry, as a worker sees it. A launch returns before its GEMM's time is up."""
+    rate = 0.00005  # 2 x 128^3 flops in 84 ms: numpy needs well under 1 ms, and a late wake-up is a small part
+    env = environment(CUDA_VISIBLE_DEVICES="GPU-aaaa,GPU-bbbb", FAKECUPY_TFLOPS=str(rate),
+                      FAKECUPY_SPEED="GPU-bbbb:0.9")
+    found = last_json(run_python(MODELLED, env))
+    for dtype in ("bf16", "fp32"):
+        assert found[f"0 {dtype}"] == pytest.approx(rate, rel=0.01)
+        assert found[f"1 {dtype}"] == pytest.approx(0.9 * rate, rel=0.01)
+    assert found["0 launch_s"] < 0.5 * 2 * 128**3 / (rate * 1e12)

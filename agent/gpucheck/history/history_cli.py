@@ -57,11 +57,13 @@ def since(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text[:40]!r} is neither Nd, Nh nor an ISO 8601 date or time") from None
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> tuple[Any, Parser]:
+    """(the verbs' subparsers, the options every verb shares): main.py adds `collect` there (cluster/collect_cli.py)."""
     common = Parser(add_help=False)
     common.add_argument("--store", type=Path, metavar="FILE", help=f"the history store (default: ${ENV}, else "
                         "$XDG_STATE_HOME/gpucheck/history.sqlite)")
-    history = sub.add_parser("history", help="what gpucheck remembers of past runs: import, runs, show, export",
+    history = sub.add_parser("history", help="what gpucheck remembers of past runs: import, collect, runs, show, "
+                             "export",
                              epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                              description="Every node report and cluster run in one SQLite store on the admin node: "
                                          "each node's and each GPU's figures over time, for comparison, trends "
@@ -101,6 +103,7 @@ def add_parser(sub: Any) -> None:
     export.add_argument("--node", help="only this node's figures")
     export.add_argument("--since", type=since, metavar="WHEN", help="only runs since: 7d, 12h or an ISO date")
     export.add_argument("-o", "--output", metavar="FILE", help="write here (default: standard output)")
+    return verbs, common
 
 
 def open_store(args: argparse.Namespace, create: bool) -> Store:

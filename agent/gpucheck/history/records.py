@@ -135,8 +135,9 @@ def node_run(node: str, report: dict[str, Any], status: str | None = None, reaso
                    report=None if own == "pass" else report)
 
 
-def from_node_report(doc: dict[str, Any]) -> Run:
-    node = str(doc.get("host") or "")
+def from_node_report(doc: dict[str, Any], node: str | None = None) -> Run:
+    """`node`: the name to record it under (the inventory's), when not the report's own host name."""
+    node = node or str(doc.get("host") or "")
     if not node:
         raise NotAReport("a node report without its host name")
     return Run(kind="node", started=utc(doc.get("started")), digest=digest(doc), exit_code=doc.get("exit_code"),

@@ -91,6 +91,19 @@ def last_active_results() -> list[Result]:
     return found
 
 
+def order(name: str) -> tuple[str, int]:
+    """A kept report's place among the others: its time, then its number within that second."""
+    m = NAME.fullmatch(name)
+    return (m.group(1), int(m.group(2) or 1)) if m else ("", 0)
+
+
+def listing(directory: Path, after: str | None = None) -> list[str]:
+    """The names of the reports kept in `directory`, oldest first; only those kept after `after` when given.
+    OSError when the directory cannot be read."""
+    names = [n for n in os.listdir(directory) if NAME.fullmatch(n)]
+    return sorted((n for n in names if after is None or order(n) > order(after)), key=order)
+
+
 def kept_time(name: str) -> str:
     """20261127T050000Z... -> 2026-11-27T05:00:00Z"""
     stamp = name[:16]

@@ -96,13 +96,14 @@ def perturb(result: np.ndarray) -> None:
 
 def matmul(a: ndarray, b: ndarray, out: ndarray | None = None) -> ndarray:
     """cuBLAS in numpy: fp16 multiplied and accumulated in fp32, then rounded to fp16 (as cuBLAS does)."""
-    GPUS.operation()
+    launched = GPUS.launch()
     if a.dtype == np.float16:
         result = (a.host.astype(np.float32) @ b.host.astype(np.float32)).astype(np.float16)
     else:
         result = np.matmul(a.host, b.host)
     result = np.ascontiguousarray(result)
     perturb(result)
+    GPUS.queued(launched, 2 * a.shape[-2] * a.shape[-1] * b.shape[-1])
     if out is None:
         return from_numpy(result, a.device_id)
     out.host[...] = result

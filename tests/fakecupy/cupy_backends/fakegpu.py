@@ -2,7 +2,13 @@
 
 Each device's memory is one numpy byte arena of FAKECUPY_FREE_BYTES; allocations are first-fit blocks in it,
 so `data.ptr` is a real address (raw-pointer writes with runtime.memcpy work) and running out of memory
-raises as CuPy does. Every simulated GPU operation calls `operation()`, where the injected faults act."""
+raises as CuPy does. Every simulated GPU operation calls `operation()`, where the injected faults act.
+
+With FAKECUPY_TFLOPS the GPUs' GEMMs run on a modelled clock instead of the CPU's: each device has a timeline
+that a GEMM occupies for its flops at that rate (times the device's FAKECUPY_SPEED), and every other operation
+waits for it, as a synchronize or a copy back does on a real stream. A figure timed around a synchronize is then
+the model's, to within one sleep's overshoot, however busy the CPU is (as long as numpy computes each GEMM in
+less than its modelled time): what a test needs to plant a GPU a known few percent slower."""
 
 from __future__ import annotations
 
@@ -144,6 +150,7 @@ class Gpus:
         self.counts: dict[str, int] = {}  # GPU operations seen inside each range
         self.entered: dict[str, float] = {}  # when each range saw its first operation
         self.peer_enabled: set[tuple[int, int]] = set()
+        self.busy_until: dict[int, float] = {}  # FAKECUPY_TFLOPS: when each device's queued GEMMs end
 
     def free_bytes(self) -> int:
         return int(os.environ.get("FAKECUPY_FREE_BYTES", str(256 * 2**20)), 0)
@@ -168,12 +175,42 @@ class Gpus:
         if arena is not None:
             arena.written(address, nbytes)
 
-    def operation(self, phase: str | None = None) -> None:
-        """A simulated GPU operation: a sticky error, FAKECUPY_HANG, FAKECUPY_CUDA_ERROR, FAKECUPY_RAISE."""
+    def operation(self, phase: str | None = None, launch: bool = False) -> None:
+        """A simulated GPU operation: a sticky error, FAKECUPY_HANG, FAKECUPY_CUDA_ERROR, FAKECUPY_RAISE; then,
+        unless it is a GEMM's launch, the wait for the GEMMs queued before it on the current device."""
         if self.sticky is not None:
             raise CUDARuntimeError(self.sticky)
-        if not faults_apply():
-            return
+        if faults_apply():
+            self.inject(phase)
+        if not launch:
+            self.wait()
+
+    def launch(self) -> float:
+        """A GEMM begins: its faults, and the time it was launched (for `queued`)."""
+        self.operation(launch=True)
+        return time.perf_counter()
+
+    def queued(self, launched: float, flops: int) -> None:
+        """FAKECUPY_TFLOPS: the GEMM launched then occupies the current device from when the device is free."""
+        rate = os.environ.get("FAKECUPY_TFLOPS")
+        if rate:
+            start = max(launched, self.busy_until.get(self.current, 0.0))
+            self.busy_until[self.current] = start + flops / (float(rate) * 1e12 * self.speed(self.current))
+
+    def wait(self) -> None:
+        left = self.busy_until.get(self.current, 0.0) - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+    def speed(self, device: int) -> float:
+        """FAKECUPY_SPEED=GPU:FACTOR,...: that GPU (its CUDA_VISIBLE_DEVICES entry, a UUID or an index) computes at
+        FACTOR x FAKECUPY_TFLOPS (0.9: 10 % slower)."""
+        visible = env_list("CUDA_VISIBLE_DEVICES")
+        entry = visible[device] if device < len(visible) else str(device)
+        return float(rules("FAKECUPY_SPEED").get(entry, 1.0))
+
+    def inject(self, phase: str | None) -> None:
+        """The faults the environment planted, inside the ranges active now (or `phase`)."""
         active = [phase] if phase else self.ranges
         for name in active:
             self.counts[name] = self.counts.get(name, 0) + 1

@@ -62,7 +62,7 @@ def as_float32(matrix: np.ndarray, data_type: int, compute_type: int) -> np.ndar
 def gemmEx(handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, A: int, Atype: int, lda: int,
            B: int, Btype: int, ldb: int, beta: int, C: int, Ctype: int, ldc: int, computeType: int,
            algo: int) -> None:
-    GPUS.operation()
+    launched = GPUS.launch()
     major = int(os.environ.get("FAKECUPY_COMPUTE_CAPABILITY", "9.0").partition(".")[0])
     if transa or transb or not (Atype == Btype == Ctype) or Atype not in ITEM:
         raise CUBLASError(15)
@@ -83,3 +83,4 @@ def gemmEx(handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha:
         out.reshape(-1)[:1].view(np.uint16 if out.itemsize == 2 else np.uint32)[0] ^= 1
     c[...] = out
     GPUS.written(C, ldc * n * ITEM[Ctype][1])
+    GPUS.queued(launched, 2 * m * n * k)

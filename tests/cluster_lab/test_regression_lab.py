@@ -1,0 +1,114 @@
+"""A GPU 10 % slower than its own past, found on the lab (docs/history.md, "Baselines and regressions").
+
+node01 runs the real agent over SSH with the fake CuPy (tests/fakecupy) first on its path, its GEMMs on a modelled
+clock (FAKECUPY_TFLOPS), so its burn-in figures are the model's to within 1 % on the lab's two cores. A first
+`gpucheck cluster` run is node01's baseline; then GPU5 is set 10 % slower (FAKECUPY_SPEED, by the UUID the lab gave
+it) and the second run's stage `history` warns naming that GPU, while every floor of the profile (below the fake's
+speed) still passes. The fake sits outside the agent: a wrapper given to `gpucheck cluster --remote-command` puts it
+on the path, as a site would wrap its agent."""
+
+from __future__ import annotations
+
+import base64
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+from cluster_lab_helpers import ROOT, LabState, by_check, lab, run_cluster
+
+from lab.gpus import gpu_uuid
+
+pytestmark = pytest.mark.lab
+
+NODE = "node01"
+SLOW = 5  # the GPU made slower
+DIR = "/var/tmp/fakegpu"
+RATE = 0.0002  # TFLOP/s: numpy computes each GEMM in well under its modelled time, even with 8 workers on 2 cores
+FIGURES = {("gpu.gemm", f"{dtype}_TFLOPS") for dtype in ("bf16", "fp16", "tf32", "fp32", "fp64")}
+FIGURES.add(("gpu.burn", "TFLOPS_median"))
+PROFILE = """name: fakegpu
+description: the lab's profile, with GEMM floors below the modelled fake GPU (0.0002 TFLOP/s, 1e-7 x 989 for bf16)
+inherits: lab
+burnin:
+  gemm_fraction_min: 1.0e-7
+"""
+WRAPPER = f"""#!/bin/sh
+# gpucheck on simulated GPUs that compute: the fake CuPy first on the path, its knobs from {DIR}/env
+set -a; . {DIR}/env; set +a
+exec gpucheck "$@" --only gpu.gemm gpu.burn --burn-seconds 5
+"""
+
+
+def knobs(speed: str = "") -> str:
+    """1 MiB of GPU memory: GEMMs of n=256 (bf16) and 128, 21-168 ms each on the model; one BLAS thread each, as
+    numpy's BLAS threads spin between calls and would starve the other workers."""
+    return (f"PYTHONPATH={DIR}\nFAKECUPY_TFLOPS={RATE}\nFAKECUPY_FREE_BYTES={2**20}\nFAKECUPY_TOTAL_BYTES={2**21}\n"
+            f"OPENBLAS_NUM_THREADS=1\nFAKECUPY_SPEED={speed}\n")
+
+
+def put(path: str, data: bytes, mode: str = "0644") -> None:
+    encoded = base64.b64encode(data).decode()
+    lab("ssh", NODE, "--", f"sh -c 'echo {encoded} | base64 -d > {path} && chmod {mode} {path}'", timeout=120)
+
+
+def fake_cupy_tar() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(ROOT / "tests" / "fakecupy", arcname=".", filter=lambda m: None if "__pycache__" in m.name else m)
+    return buffer.getvalue()
+
+
+def cluster(report: Path) -> tuple[int, dict]:
+    done, doc, _ = run_cluster(["--limit", NODE, "--remote-command", f"{DIR}/gpucheck", "--profile",
+                                f"{DIR}/profile.yaml", "--stages", "history"], report, timeout=600)
+    return done.returncode, doc
+
+
+def gpu_figures(doc: dict) -> dict[tuple[str, str, int], float]:
+    node = doc["nodes"][NODE]["report"]
+    return {(r["check"], figure, int(gpu[3:])): value for r in node["results"]
+            for gpu, values in (r.get("measured") or {}).items() if gpu.startswith("GPU")
+            for figure, value in values.items() if (r["check"], figure) in FIGURES}
+
+
+@pytest.fixture
+def fake_gpus(lab4: LabState):
+    lab("ssh", NODE, "--", f"sh -c 'rm -rf {DIR} && mkdir -p {DIR}'", timeout=120)
+    put(f"{DIR}/fakecupy.tgz", fake_cupy_tar())
+    lab("ssh", NODE, "--", f"tar xzf {DIR}/fakecupy.tgz -C {DIR}", timeout=120)
+    put(f"{DIR}/profile.yaml", PROFILE.encode())
+    put(f"{DIR}/gpucheck", WRAPPER.encode(), "0755")
+    put(f"{DIR}/env", knobs().encode())
+    try:
+        yield lab4
+    finally:
+        lab("ssh", NODE, "--", f"rm -rf {DIR}", timeout=120, check=False)
+
+
+def test_a_gpu_ten_percent_slower_than_its_baseline_warns_naming_it_while_every_floor_passes(fake_gpus, tmp_path):
+    code, doc = cluster(tmp_path / "baseline")
+    regression = by_check(doc)["cluster.history.regression"]
+    assert code == 0 and regression["status"] == "skip" and "no history yet" in regression["reason"], regression
+    before = gpu_figures(doc)
+    assert len(before) == 8 * len(FIGURES)
+    assert all(value == pytest.approx(RATE, rel=0.02) for value in before.values()), before  # the model's speed
+
+    uuid = gpu_uuid(NODE, SLOW)
+    put(f"{DIR}/env", knobs(f"{uuid}:0.9").encode())
+    code, doc = cluster(tmp_path / "slowed")
+    after = gpu_figures(doc)
+    node = doc["nodes"][NODE]
+    assert node["node_status"] == "pass"  # every floor still passes: the node's own checks see nothing
+    assert all(r["status"] == "pass" for r in node["report"]["results"]), node["report"]["results"]
+    for (check, figure, gpu), value in after.items():
+        expected = 0.9 if gpu == SLOW else 1.0
+        assert value / before[(check, figure, gpu)] == pytest.approx(expected, abs=0.02), (check, figure, gpu)
+
+    regression = by_check(doc)["cluster.history.regression"]
+    assert code == 1 and regression["status"] == "warn", regression
+    findings = regression["measured"][NODE]
+    assert {(f["check"], f["figure"]) for f in findings} == FIGURES  # every GEMM dtype and the burn
+    assert {(f["gpu"], f["uuid"], f["kind"]) for f in findings} == {(SLOW, uuid, "drop")}  # that GPU, no other
+    assert all(f["drop_pct"] == pytest.approx(10, abs=2) for f in findings)
+    assert f"GPU{SLOW} ({uuid}) gpu.gemm bf16_TFLOPS 0.00018 TFLOPS: baseline 0.0002 (" in regression["nodes"][NODE]
