@@ -374,7 +374,7 @@ def test_stage_options_parse_and_bad_ones_are_usage_errors(tmp_path) -> None:
     assert default.stages is None  # every stage; an opt-in one (training on CPU ranks) only when named
     from gpucheck.cluster.stages.order import STAGE_NAMES
     assert STAGE_NAMES == ("consistency", "network", "mpi", "allreduce", "smoke", "training", "stragglers",
-                           "history")
+                           "shape", "history")
     assert (default.framework, default.pair_fraction) == ("tf-horovod", 0.7)
     for bad in (["--stages", "nccl"], ["--pair-fraction", "1.5"], ["--framework", "mxnet"],
                 ["--allreduce-size", "64X"]):

@@ -40,8 +40,9 @@ stages (in this order): consistency (versions agree), network (pair bandwidth, t
 mpi (one rank per node), allreduce (bus bandwidth across nodes), smoke (distributed training and
 scaling efficiency), training (ResNet-50 images/s per GPU at 1 GPU, on every node and across all, against
 the fleet median, the GPU's published figure and the profile's scaling minimums: docs/training.md; on CPU
-ranks only when named in --stages), stragglers (nodes below the fleet median), history (each GPU against its
-own baseline and recent runs in the history store: docs/history.md).
+ranks only when named in --stages), stragglers (nodes below the fleet median), shape (failures and slow pairs
+that gather behind one rack, leaf switch or PDU: the inventory's rack, leaf_switch, pdu), history (each GPU
+against its own baseline and recent runs in the history store: docs/history.md).
 
 inventory: host names are one word (no whitespace or control character: drain.txt is one `node reason`
 line per node, for `while read n r; do scontrol update nodename=$n ...`); a --pattern or --limit part

@@ -15,7 +15,8 @@ from ..files import kind_of
 from .ssh import args as ssh_args
 
 DEFAULT_GROUP = "gpu_nodes"  # the playbook's group of GPU nodes; `all` when an inventory has none
-KEPT_VARS = ("ib_address", "slurm_node_name")  # inventory vars the later cluster stages and Slurm use
+# inventory vars the later cluster stages and Slurm use; rack, leaf_switch, pdu: what nodes share (stage shape)
+KEPT_VARS = ("ib_address", "slurm_node_name", "rack", "leaf_switch", "pdu")
 # Ansible's names for each connection setting, first wins (as the ssh connection plugin reads them).
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 PORT_VARS = ("ansible_port", "ansible_ssh_port")

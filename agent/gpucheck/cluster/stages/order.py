@@ -66,6 +66,13 @@ def stragglers(ctx: ClusterContext) -> list[Result]:
     return list(find(figures, ctx.options.straggler_fraction))
 
 
+def shape(ctx: ClusterContext) -> list[Result]:
+    """Failures that gather behind one rack, leaf switch or PDU (the inventory's rack, leaf_switch, pdu)."""
+    from .shape import shape_stage
+
+    return shape_stage(ctx)
+
+
 def history(ctx: ClusterContext) -> list[Result]:
     """Each node against its own past in the history store: a GPU slower than its baseline, counters rising."""
     from .history import history_stage
@@ -81,6 +88,7 @@ STAGES: list[tuple[str, Stage]] = [
     ("smoke", smoke),
     ("training", training),
     ("stragglers", stragglers),
+    ("shape", shape),
     ("history", history),
 ]
 STAGE_NAMES = tuple(name for name, _ in STAGES)
