@@ -35,6 +35,18 @@ def test_hw_slowdown_and_hw_thermal_reasons_are_seen(fake_nvml) -> None:
     assert result["nvml"]["sm_clock_MHz"] == {"min": 345, "median": 345, "max": 345}
     assert result["nvml"]["power_W"]["max"] == 75.26 and result["nvml"]["temperature_C"]["max"] == 29
     assert result["nvml"]["slowdown_temperature_C"] == 89
+    timeline = result["nvml"]["timeline"]  # every sample, as the burn is short: a point each 0.5 s
+    assert timeline["every_s"] == 0.5 and len(timeline["temperature_C"]) == result["samples"]
+    assert set(timeline["temperature_C"]) == {29} and set(timeline["power_W"]) == {75.26}
+
+
+def test_a_long_burns_timeline_is_at_most_120_means_of_equal_runs() -> None:
+    series = {"temperature_C": [float(i) for i in range(1, 1201)], "power_W": [100.0] * 1199, "sm_clock_MHz": []}
+    line = sampler.timeline(series, 0.5)
+    assert line["every_s"] == 5.0  # 1,200 samples twice a second: the mean of each 10
+    assert len(line["temperature_C"]) == 120 and line["temperature_C"][:2] == [5.5, 15.5]
+    assert line["power_W"][-1] == 100.0 and len(line["power_W"]) == 120  # the last run of 9
+    assert line["sm_clock_MHz"] == []
 
 
 def test_without_nvml_the_burn_still_reports_throughput(tmp_path) -> None:

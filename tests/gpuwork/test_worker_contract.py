@@ -92,7 +92,10 @@ def test_burn_figures_with_nvml_sampled(full_run) -> None:
     assert burn["nvml"] == {"sm_clock_MHz": {"min": 1380, "median": 1380, "max": 1380},
                             "temperature_C": {"min": 58, "median": 58, "max": 58},
                             "power_W": {"min": 698.96, "median": 698.96, "max": 698.96},
-                            "reasons_seen": {"sw_power_cap": burn["samples"]}, "slowdown_temperature_C": 89}
+                            "reasons_seen": {"sw_power_cap": burn["samples"]}, "slowdown_temperature_C": 89,
+                            "timeline": {"every_s": 0.5, "sm_clock_MHz": [1380.0] * burn["samples"],
+                                         "temperature_C": [58.0] * burn["samples"],
+                                         "power_W": [698.96] * burn["samples"]}}
 
 
 def test_progress_goes_to_stderr_only(full_run) -> None:

@@ -6,12 +6,15 @@ that never returns leaves the thread behind (a daemon: the worker still reports 
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 from typing import Any
 
 SAMPLE_INTERVAL_S = 0.5
 JOIN_TIMEOUT_S = 2.0
+# The series kept whole, for a chart of GPUs over time (a 10-minute burn: a point every 5 s; an hour: every 30 s).
+TIMELINE_POINTS = 120
 # nvmlClocksEventReason* bits 0..8 (nvml.h), by the names the scenarios and docs/burnin.md use.
 REASON_BITS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
                "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting")
@@ -26,6 +29,15 @@ def spread(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
     return {"min": min(values), "median": round(statistics.median(values), 3), "max": max(values)}
+
+
+def timeline(series: dict[str, list[float]], interval_s: float) -> dict[str, Any]:
+    """The burn's NVML series over time, at most TIMELINE_POINTS points each: the mean of each run of `every`
+    samples in turn (a run cut short at the end is the mean of what it has), one point every `every_s` seconds."""
+    every = max(1, math.ceil(max(map(len, series.values()), default=0) / TIMELINE_POINTS))
+    return {"every_s": round(every * interval_s, 3),
+            **{key: [round(statistics.fmean(values[i:i + every]), 2) for i in range(0, len(values), every)]
+               for key, values in series.items()}}
 
 
 def nvml_failure(call: str, exc: BaseException) -> str:
@@ -118,7 +130,8 @@ class Sampler:
                 errors[hung] = f"{hung}: did not return within the burn (NVML hung)"
             sampled = self.samples > 0
             nvml = {**{key: spread(values) for key, values in self.series.items()},
-                    "reasons_seen": dict(self.reasons), "slowdown_temperature_C": self.slowdown_C} if sampled else None
+                    "reasons_seen": dict(self.reasons), "slowdown_temperature_C": self.slowdown_C,
+                    "timeline": timeline(self.series, self.interval_s)} if sampled else None
             error = "; ".join(errors[name] for name in sorted(errors) if name != "nvmlShutdown") or None
             return {"samples": self.samples, "sample_interval_s": self.interval_s, "nvml": nvml,
                     "nvml_error": error}
