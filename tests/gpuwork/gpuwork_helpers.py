@@ -31,8 +31,8 @@ CONTRACT_FIGURES = {
     "host_bandwidth": {"h2d_GBps", "d2h_GBps", "bytes", "pinned", "cpus"},
     "memtest": {"free_bytes", "total_bytes", "bytes_tested", "coverage", "patterns", "bad_words", "bad_offsets",
                 "bad_by_pattern", "chunk_bytes"},
-    "burn": {"dtype", "n", "seconds", "tflops", "windows_TFLOPS", "samples", "sample_interval_s", "nvml",
-             "nvml_error"},
+    "burn": {"dtype", "n", "seconds", "tflops", "windows_TFLOPS", "windows_timeline", "samples", "sample_interval_s",
+             "nvml", "nvml_error"},
     "p2p": {"pairs"},
     "allreduce": {"gpus", "bytes", "seconds_per_iteration", "algbw_GBps", "busbw_GBps", "wrong", "nccl_version"},
 }

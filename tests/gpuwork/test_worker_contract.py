@@ -86,6 +86,9 @@ def test_burn_figures_with_nvml_sampled(full_run) -> None:
     windows = burn["windows_TFLOPS"]
     assert len(windows) >= 2 and all(w > 0 for w in windows)
     assert burn["tflops"]["min"] == min(windows) and burn["tflops"]["max"] == max(windows)
+    line = burn["windows_timeline"]  # a short burn: every window, each its share of the burn
+    assert line["TFLOPS"] == [round(w, 2) for w in windows]
+    assert line["every_s"] == pytest.approx(burn["seconds"] / len(windows), abs=0.001)
     assert burn["sample_interval_s"] == 0.5 and 3 <= burn["samples"] <= 6  # twice a second for ~2 s
     assert burn["nvml_error"] is None
     # h100-1gpu-burn.scn: the measured H100 under load (SW power cap, 1380 MHz, 58 C, 698.96 W, slowdown 89 C)

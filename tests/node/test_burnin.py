@@ -50,8 +50,10 @@ H100_RESULTS = {
                    nvml={"sm_clock_MHz": {"min": 1095, "median": 1755, "max": 1980},
                          "temperature_C": {"min": 41, "median": 77, "max": 80},
                          "power_W": {"min": 310.0, "median": 699.0, "max": 701.0},
-                         "reasons_seen": {"sw_power_cap": 58}, "slowdown_temperature_C": 89},
-                   nvml_error=None),
+                         "reasons_seen": {"sw_power_cap": 58}, "slowdown_temperature_C": 89,
+                         "timeline": {"every_s": 0.5, "temperature_C": [41.0, 77.0, 80.0], "power_W": [310.0, 699.0,
+                                                                                                    701.0]}},
+                   windows_timeline={"every_s": 5.0, "TFLOPS": [718.0, 605.0]}, nvml_error=None),
 }
 
 
@@ -307,6 +309,9 @@ def test_summary_facts_carry_the_figures_and_the_sdc_key():
     assert (gpu0["copy_GBps"], gpu0["h2d_GBps"], gpu0["d2h_GBps"]) == (3026.0, 54.1, 53.9)
     assert (gpu0["memtest_bad_words"], gpu0["burn_TFLOPS_median"], gpu0["burn_temperature_C_max"]) == (0, 680.0, 80)
     assert gpu0["sdc_checksum"] == "5f" * 32
+    assert gpu0["burn_timeline"] == {"TFLOPS": {"every_s": 5.0, "TFLOPS": [718.0, 605.0]},
+                                     "nvml": {"every_s": 0.5, "temperature_C": [41.0, 77.0, 80.0],
+                                              "power_W": [310.0, 699.0, 701.0]}}
     assert "memtest_bad_words" not in found["gpus"]["GPU1"]  # a fault gives no figure
     assert found["sdc"] == {"checksum": "5f" * 32, "disagree": [],
                             "key": "h100-sxm5-80gb | sdc n=4096, seed 1234 | cupy 14.2.0 | cuBLAS 120804 | "

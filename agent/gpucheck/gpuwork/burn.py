@@ -15,7 +15,7 @@ from . import gemm
 from .device import synchronize
 from .errors import CONTEXT_LOST_ERRORS, cuda_error_name, describe
 from .protocol import Interrupted, significant
-from .sampler import Sampler
+from .sampler import Sampler, timeline
 
 DEFAULT_SECONDS = 60.0
 DEFAULT_DTYPE = "bf16"
@@ -92,5 +92,8 @@ def figures(dtype: str, n: int, burned_s: float, found: list[float], sampled: di
             fallback_reason: str | None) -> dict[str, Any]:
     tflops = {"min": significant(min(found)), "median": significant(statistics.median(found)),
               "max": significant(max(found))} if found else None
-    return {"dtype": dtype, "n": n, "seconds": round(burned_s, 3), "tflops": tflops,
-            "windows_TFLOPS": [significant(value) for value in found], **sampled, "fallback_reason": fallback_reason}
+    windows = [significant(value) for value in found]
+    # the windows over time as the NVML series are (at most 120 points), each window's share of the burn as its span
+    line = timeline({"TFLOPS": windows}, burned_s / len(found)) if found else None
+    return {"dtype": dtype, "n": n, "seconds": round(burned_s, 3), "tflops": tflops, "windows_TFLOPS": windows,
+            "windows_timeline": line, **sampled, "fallback_reason": fallback_reason}

@@ -44,6 +44,9 @@ def gpu_figures(results: dict[str, Any], sku: dict[str, Any] | None) -> dict[str
             found["burn_TFLOPS_median"] = median
         if number(hottest):
             found["burn_temperature_C_max"] = hottest
+        over_time = {"TFLOPS": burn.get("windows_timeline"), "nvml": (burn.get("nvml") or {}).get("timeline")}
+        if any(isinstance(line, dict) for line in over_time.values()):  # for a chart of GPUs over time
+            found["burn_timeline"] = {key: line for key, line in over_time.items() if isinstance(line, dict)}
     if (sdc := measured(results, "sdc")) and isinstance(sdc.get("checksum"), str):
         found["sdc_checksum"] = sdc["checksum"]
         found["sdc_inputs"] = f"n={sdc.get('n')}, seed {sdc.get('seed')}"
