@@ -32,8 +32,9 @@ def spread(values: list[float]) -> dict[str, float] | None:
 
 
 def timeline(series: dict[str, list[float]], interval_s: float) -> dict[str, Any]:
-    """The burn's NVML series over time, at most TIMELINE_POINTS points each: the mean of each run of `every`
-    samples in turn (a run cut short at the end is the mean of what it has), one point every `every_s` seconds."""
+    """Series over time (the NVML samples, or the burn's throughput windows), at most TIMELINE_POINTS points each:
+    the mean of each run of `every` values taken `interval_s` apart (a run cut short at the end is the mean of what it
+    has), one point every `every_s` seconds."""
     every = max(1, math.ceil(max(map(len, series.values()), default=0) / TIMELINE_POINTS))
     return {"every_s": round(every * interval_s, 3),
             **{key: [round(statistics.fmean(values[i:i + every]), 2) for i in range(0, len(values), every)]
