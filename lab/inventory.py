@@ -19,6 +19,8 @@ HEADER = """\
 # else empty. gpucheck cluster and ansible-playbook run on this machine either way.
 """
 
+RACK_SIZE, RACKS = 2, "ABCDEFGH"
+
 
 def ssh_common_args() -> str:
     return (f"-o UserKnownHostsFile={shlex.quote(str(config.KNOWN_HOSTS))} -o StrictHostKeyChecking=yes"
@@ -41,6 +43,9 @@ def render(state: LabState) -> str:
         for h in state.hosts
     }
     admins = {h.name: hosts.pop(h.name) for h in state.hosts if h.role == "admin"}
+    for i, name in enumerate(hosts):  # the cluster's shape (docs/shape.md): racks of two, a leaf switch each
+        rack = RACKS[i // RACK_SIZE % len(RACKS)]
+        hosts[name].update(rack=rack, leaf_switch=f"leaf-{rack}")
     doc = {
         "all": {
             "vars": {"lab_proxy_url": state.proxy_url, "lab_cluster_network": state.subnet,

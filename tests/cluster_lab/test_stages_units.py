@@ -373,11 +373,11 @@ def test_stage_options_parse_and_bad_ones_are_usage_errors(tmp_path) -> None:
     default = build_parser().parse_args(["cluster"])
     assert default.stages is None  # every stage; an opt-in one (training on CPU ranks) only when named
     from gpucheck.cluster.stages.order import STAGE_NAMES
-    assert STAGE_NAMES == ("consistency", "network", "mpi", "allreduce", "smoke", "training", "stragglers",
+    assert STAGE_NAMES == ("consistency", "network", "mpi", "allreduce", "smoke", "training", "burn", "stragglers",
                            "shape", "history")
     assert (default.framework, default.pair_fraction) == ("tf-horovod", 0.7)
     for bad in (["--stages", "nccl"], ["--pair-fraction", "1.5"], ["--framework", "mxnet"],
-                ["--allreduce-size", "64X"]):
+                ["--allreduce-size", "64X"], ["--burn-minutes", "0"], ["--burn-minutes", "ten"]):
         done = run_gpucheck(["cluster", "-i", str(tmp_path / "none.yml"), *bad])
         assert done.returncode == 3 and "Traceback" not in done.stderr, (bad, done.stderr)
     assert "unknown stage(s) nccl" in run_gpucheck(["cluster", "--stages", "nccl"]).stderr
@@ -395,9 +395,11 @@ def test_the_command_line_defaults_are_the_options_defaults_and_name_every_stage
     args = vars(build_parser().parse_args(["cluster"]))
     args["node_timeout"] = args.pop("timeout")
     defaults = Options()
-    own = [f.name for f in fields(Options) if f.name not in ("stages", "stages_asked")]  # both from --stages
+    # stages and stages_asked come from --stages, burn_seconds from --burn-minutes (None: the default)
+    own = [f.name for f in fields(Options) if f.name not in ("stages", "stages_asked", "burn_seconds")]
     assert {name: args[name] for name in own} == {name: getattr(defaults, name) for name in own}
     assert args["stages"] is None and tuple(name for name, _ in STAGES) == STAGE_NAMES
+    assert args["burn_minutes"] is None and defaults.burn_seconds == 600
     assert defaults.framework in FRAMEWORKS
     described = cli.EPILOG.split("stages (in this order):", 1)[1]
     assert [n for n in STAGE_NAMES if n in described] == list(STAGE_NAMES)

@@ -159,15 +159,20 @@ def test_inventory_has_the_production_groups_and_what_ansible_needs(tmp_path: Pa
     assert node02["ib_address"] is None and node02["ipmi_address"] is None
     assert node02["lab_proxy_url"] == "http://10.213.7.1:3128"
     assert node02["lab_scenario"] == "ecc-uncorrected"
+    # racks of two, a leaf switch each: the lab's shape for stages shape and burn
+    assert (node02["rack"], node02["leaf_switch"]) == ("A", "leaf-A")
 
 
 def test_an_admin_node_is_the_admin_group_without_simulated_gpus(tmp_path: Path) -> None:
     st = _state()
     st.hosts.insert(0, HostState("admin01", "10.213.7.10", "gclab-admin01", "gclabv-admin01", "", role="admin"))
+    st.hosts.append(HostState("node03", "10.213.7.13", "gclab-node03", "gclabv-node03", "lab"))
     path = inventory.write(st, tmp_path / "hosts.yml")
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+    racks = {n: v.get("rack") for n, v in yaml.safe_load(proc.stdout)["_meta"]["hostvars"].items()}
+    assert racks == {"admin01": None, "node01": "A", "node02": "A", "node03": "B"}  # the admin node in none
     data = yaml.safe_load(proc.stdout)
     assert data["admin"]["hosts"] == ["admin01"] and data["gpu_nodes"]["hosts"] == ["node01", "node02"]
     assert data["_meta"]["hostvars"]["admin01"]["ansible_host"] == "10.213.7.10"

@@ -35,12 +35,14 @@ examples:
   gpucheck cluster -i inventory/prod --drain           drain the failed nodes in Slurm, resume repaired ones
   gpucheck cluster -i inventory/prod --launcher slurm  node checks through one srun, the jobs as Slurm jobs
   gpucheck cluster -i inventory/lab --stages smoke,training   the ResNet-50 benchmark on CPU ranks (small model)
+  gpucheck cluster -i inventory/prod --burn-minutes 120   acceptance: the whole cluster at full load for 2 hours
 
 stages (in this order): consistency (versions agree), network (pair bandwidth, the slow node named),
 mpi (one rank per node), allreduce (bus bandwidth across nodes), smoke (distributed training and
 scaling efficiency), training (ResNet-50 images/s per GPU at 1 GPU, on every node and across all, against
 the fleet median, the GPU's published figure and the profile's scaling minimums: docs/training.md; on CPU
-ranks only when named in --stages), stragglers (nodes below the fleet median), shape (failures and slow pairs
+ranks only when named in --stages), burn (opt-in: every GPU burning at once while an all-reduce loads the
+fabric, for --burn-minutes; docs/burn.md), stragglers (nodes below the fleet median), shape (failures and slow pairs
 that gather behind one rack, leaf switch or PDU: the inventory's rack, leaf_switch, pdu), history (each GPU
 against its own baseline and recent runs in the history store: docs/history.md).
 
@@ -66,6 +68,17 @@ def _with_default(group: Any, flag: str, kind: Callable[[str], Any], metavar: st
     """An option whose default is the Options field of its name (--host-timeout: host_timeout)."""
     default = getattr(DEFAULTS, flag.removeprefix("--").replace("-", "_"))
     group.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
+
+
+def minutes(text: str) -> float:
+    """--burn-minutes: a positive number of minutes, at most a week; as seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of minutes: {text!r}") from None
+    if not 0.05 <= value <= 7 * 24 * 60:
+        raise argparse.ArgumentTypeError(f"{text} minutes: give 0.05 (3 s) to 10080 (one week)")
+    return value * 60
 
 
 def add_parser(subparsers: Any) -> None:
@@ -137,6 +150,10 @@ def add_parser(subparsers: Any) -> None:
                      help="training benchmark: images per GPU a step (default: 256 on GPUs, 16 on CPU ranks)")
     _with_default(lab, "--train-iterations", whole_number, "N",
                   "training benchmark: timed iterations of 10 steps, after 10 warm-up steps (default: %(default)s)")
+    lab.add_argument("--burn-minutes", type=minutes, metavar="M",
+                     help="run the burn stage (opt-in) for M minutes: every GPU of every node under the sustained "
+                          f"GEMM at once, the all-reduce looping across the nodes (default with --stages burn: "
+                          f"{DEFAULTS.burn_seconds / 60:g}); rounds of at most 5 minutes, each reported as it ends")
     lab.add_argument("--scaling-efficiency-min", type=fraction, metavar="F",
                      help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
                           "published figures, not judged)")
@@ -194,7 +211,11 @@ def run(args: argparse.Namespace) -> int:
     from .inventory import InventoryError, load
     from .stages import order as stages
 
-    selected = tuple(n for n in (args.stages or STAGE_NAMES) if n not in args.skip_stages)
+    asked = tuple(args.stages or ())
+    chosen = set(args.stages or STAGE_NAMES)
+    if args.burn_minutes is not None:  # --burn-minutes asks for the burn stage
+        asked, chosen = (*dict.fromkeys((*asked, "burn")),), chosen | {"burn"}
+    selected = tuple(n for n in STAGE_NAMES if n in chosen and n not in args.skip_stages)
     options = Options(profile=args.profile, full=args.full, node_timeout=args.timeout, forks=args.forks,
                       host_timeout=args.host_timeout, connect_timeout=args.connect_timeout,
                       remote_command=args.remote_command, straggler_fraction=args.straggler_fraction,
@@ -202,10 +223,11 @@ def run(args: argparse.Namespace) -> int:
                       pair_seconds=args.pair_seconds, pair_fraction=args.pair_fraction,
                       stage_timeout=args.stage_timeout, smoke_steps=args.smoke_steps,
                       allreduce_size=args.allreduce_size, scaling_efficiency_min=args.scaling_efficiency_min,
-                      stages_asked=args.stages or (), train_width=args.train_width,
+                      stages_asked=asked, train_width=args.train_width,
                       train_image_size=args.train_image_size, train_batch_size=args.train_batch_size,
                       train_iterations=args.train_iterations, drain=args.drain, launcher=args.launcher,
-                      history=args.history, no_history=args.no_history)
+                      history=args.history, no_history=args.no_history,
+                      burn_seconds=args.burn_minutes if args.burn_minutes is not None else DEFAULTS.burn_seconds)
     try:
         fanout.build_command(options)
     except ValueError as exc:
@@ -240,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
     def save(complete: bool = False, interrupted: bool = False) -> dict[str, Any]:
         """Writes the report files; returns the document as written (secrets redacted)."""
         return writer.write(handoff.document(ctx, started, time.monotonic() - began, argv, complete, interrupted))
+
+    ctx.checkpoint = save
 
     with sigterm_as_interrupt():
         try:

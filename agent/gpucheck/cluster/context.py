@@ -6,6 +6,7 @@ Options before anything heavy loads."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,8 @@ class Options:
     straggler_fraction: float = 0.9
     network_sample: int | None = None
     stages: tuple[str, ...] | None = None  # the stages run, in order; None: every one (stages.STAGE_NAMES)
-    stages_asked: tuple[str, ...] = ()  # what --stages named, when it was given: opt-in stages run only if named
+    # what --stages named (and burn, with --burn-minutes): opt-in stages run only when asked for
+    stages_asked: tuple[str, ...] = ()
     framework: str = DEFAULT_FRAMEWORK  # a key of frameworks.FRAMEWORKS
     pair_seconds: float = 3.0
     pair_fraction: float = 0.7
@@ -82,6 +84,7 @@ class Options:
     train_iterations: int = 5
     drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm/drain.py)
     launcher: str = "ssh"  # ssh | slurm: how node checks and jobs start (slurm/fanout.py, slurm/jobs.py)
+    burn_seconds: float = 600.0  # stage burn (opt-in): how long every GPU and the fabric are loaded at once
     history: Path | None = None  # the history store (None: history.store.default_path())
     no_history: bool = False  # neither compare with the history nor record the run in it
 
@@ -105,6 +108,10 @@ class ClusterContext:
     # the history stage: per checked node, its key figures over its recent runs and when it last passed a run of
     # active checks ({node: {"trends": [...], "last_active_pass": UTC}}, history/trends.py)
     history: dict[str, Any] = field(default_factory=dict)
+    burn: dict[str, Any] = field(default_factory=dict)  # the burn stage's figures (stages/burn_record.py)
+    # rewrites the report files (the command line sets it): a long stage calls it as it goes, so an interrupted
+    # run or a reader of report.json meanwhile sees what it has measured so far
+    checkpoint: Callable[[], Any] | None = None
     slurm: list[dict[str, str]] = field(default_factory=list)  # what --drain did in Slurm, node by node
     # --launcher slurm: every node Slurm knows (slurm.NodeState by NodeName), read once at the start
     slurm_states: dict[str, Any] | None = None

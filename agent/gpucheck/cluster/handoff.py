@@ -127,6 +127,7 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
         "pairs": ctx.pairs,
         "scaling": ctx.scaling,
         "training": ctx.training,
+        "burn": ctx.burn,
         "history": ctx.history,
         "slurm": ctx.slurm,
         "drain": [{"node": n, "reason": r} for n, r in drained],

@@ -30,6 +30,7 @@ CHECK = "cluster.allreduce"
 INTERNODE_KEY = "nccl_allreduce_internode_busbw_GBps_min"
 INTRANODE_KEY = "nccl_allreduce_busbw_GBps_min"
 DEFAULT_SIZE_B = 8 * 1024**3
+BUILTIN = "builtin"  # no all_reduce_perf on the launcher: workloads/allreduce_bench.py
 REMEDIATION = ("run it by hand with NCCL_DEBUG=INFO (which transport: NET/IB or Socket?); check the IB links "
                "(cluster.network), GPUDirect RDMA and the NCCL version on every node")
 
@@ -62,21 +63,27 @@ def allreduce_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list
     nodes = cast.nodes
     if len(nodes) < 2:
         return [cast.skip(CHECK, f"{len(nodes)} usable node(s): a multi-node all-reduce needs two")]
-    run = run or remote_hosts(ctx)
-    launcher = nodes[0]
-    probe = run.run(launcher, "command -v all_reduce_perf", 30)
-    if probe.error and probe.kind != "timeout":
-        return [ClusterResult(CHECK, Status.ERROR, reason=f"cannot reach the launcher {launcher}: {probe.describe()}",
-                              duration_s=time.monotonic() - began)]
-    minimum, source = minimum_for(ctx, nodes)
-    if probe.ok and probe.stdout.strip():
-        binary = probe.stdout.strip().splitlines()[-1]
-        result = _nccl_tests(ctx, run, nodes, binary, minimum, source, ctx.options.stage_timeout)
-    else:
-        result = _builtin(ctx, run, nodes, minimum, source, ctx.options)
+    result = measure(ctx, run or remote_hosts(ctx), nodes, ctx.options.stage_timeout)
     result.reason += cast.note() + unknown_thresholds(ctx, nodes)  # the minimum is theirs
     result.duration_s = time.monotonic() - began
     return [result]
+
+
+def measure(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], timeout: float,
+            tool: list[str] | None = None) -> ClusterResult:
+    """One all-reduce across `nodes`, judged against the profile: all_reduce_perf where the launcher has it, else
+    the built-in benchmark. `tool`: where the caller keeps which one was found (probed once, then reused)."""
+    launcher, tool = nodes[0], [] if tool is None else tool
+    if not tool:
+        probe = run.run(launcher, "command -v all_reduce_perf", 30)
+        if probe.error and probe.kind != "timeout":
+            return ClusterResult(CHECK, Status.ERROR, reason=f"cannot reach the launcher {launcher}: "
+                                 f"{probe.describe()}")
+        tool.append(probe.stdout.strip().splitlines()[-1] if probe.ok and probe.stdout.strip() else BUILTIN)
+    minimum, source = minimum_for(ctx, nodes)
+    if tool[0] != BUILTIN:
+        return _nccl_tests(ctx, run, nodes, tool[0], minimum, source, timeout)
+    return _builtin(ctx, run, nodes, minimum, source, ctx.options, timeout)
 
 
 def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary: str, minimum: float | None,
@@ -117,7 +124,7 @@ def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary:
 
 
 def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: float | None, source: str,
-             options: Options) -> ClusterResult:
+             options: Options, timeout: float) -> ClusterResult:
     stack = HOROVOD_STACK
     python, unusable = jobs.pythons(ctx, nodes, stack)
     if python is None or unusable:
@@ -131,7 +138,7 @@ def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: f
     if failed:
         return ClusterResult(CHECK, Status.ERROR, reason="cannot copy the benchmark to " + "; ".join(
             r.describe() for r in failed.values()))
-    timeout, size = options.stage_timeout, options.allreduce_size
+    size = options.allreduce_size
     program = [python, path, "--framework", "horovod", "--size", size, "--timeout-s", f"{max(30.0, timeout - 15):g}"]
     done = jobs.mpirun(ctx, run, lay, program, jobs.rank_env(gpus), timeout)
     rows = parse_results(done.stdout)

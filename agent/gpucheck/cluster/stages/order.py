@@ -2,7 +2,7 @@
 come from it). A stage is a function (ClusterContext) -> list[Result] run after the fan-out; the
 report is rewritten after each one, so a later stage that hangs or crashes loses nothing before it.
 
-The network, mpi, allreduce, smoke and training stages sit between consistency and stragglers so the figures
+The network, mpi, allreduce, smoke, training and burn stages sit between consistency and stragglers so the figures
 they add to ctx.figures are compared too. Each stage's module is imported when the stage runs:
 `gpucheck --help` reads the names only."""
 
@@ -56,6 +56,13 @@ def training(ctx: ClusterContext) -> list[Result]:
     return training_stage(ctx)
 
 
+def burn(ctx: ClusterContext) -> list[Result]:
+    """Opt-in: every GPU under the sustained GEMM at once while an all-reduce loads the fabric (docs/burn.md)."""
+    from .burn import burn_stage
+
+    return burn_stage(ctx)
+
+
 def stragglers(ctx: ClusterContext) -> list[Result]:
     """Nodes below the fleet median of a figure: their own benchmarks and what the stages measured."""
     from .stragglers import find, node_figures
@@ -87,6 +94,7 @@ STAGES: list[tuple[str, Stage]] = [
     ("allreduce", allreduce),
     ("smoke", smoke),
     ("training", training),
+    ("burn", burn),
     ("stragglers", stragglers),
     ("shape", shape),
     ("history", history),
