@@ -1,8 +1,9 @@
 """The cluster report as report.html: one self-contained page (inline CSS and SVG, no external asset) with the
 verdict banner, the drain list, what to do (each action once), what Slurm did, cluster checks, the pair-bandwidth
-heat map, the scaling chart, the GPU burn-in, each node against its past and the nodes. A failed or errored
-node's results are open and every value and evidence is shown whole (a cell wraps, evidence scrolls; nothing is
-cut). Any value may be odd (a node's text, a figure that is not a number): each is escaped and shown as text."""
+heat map, the scaling chart, the GPU burn-in, the GPUs over time (throughput and temperature heat maps), each
+node against its past and the nodes. A failed or errored node's results are open and every value and evidence is
+shown whole (a cell wraps, evidence scrolls; nothing is cut). Any value may be odd (a node's text, a figure that
+is not a number): each is escaped and shown as text."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from ..values import figure, unit_of_check
 from .burnin import burnin_section
 from .drain import render_drain
+from .html_burn_map import burn_map_html
 from .html_burnin import render_burnin
 from .html_charts import pair_heatmap_svg, scaling_chart_svg
 from .html_history import history_section
@@ -208,6 +210,7 @@ def render_html(doc: dict[str, Any]) -> str:
     burnin = burnin_section(doc)
     if burnin:
         body.append(render_burnin(burnin))
+    body.append(burn_map_html(doc))  # GPUs over time, also from the burn stage alone (no per-node burn-in)
     body.append(history_section(doc))
     body.append("<h2>Nodes</h2>" + nodes_table(doc))
     body.append(f'<p class="note">gpucheck {esc(doc.get("gpucheck_version", ""))} · written {esc(doc.get("written"))}'
