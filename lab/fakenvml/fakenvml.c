@@ -9,6 +9,9 @@
  *   FAKENVML_SCENARIO  scenario file read at init (default /etc/fakenvml/scenario)
  *   FAKENVML_TRACE     if set, one line per NVML call is appended to this file:
  *                      "<function>" or "<function> gpu=<index>"
+ *   FAKENVML_UNDER_LOAD  set and non-empty in the calling process (read at every
+ *                      call): the GPUs answer their gpu.N.under_load.* values
+ *                      (the fake CuPy sets it once a GEMM has run)
  *
  * Rules kept on purpose: every index is bounds-checked, every string copy is
  * bounded and terminated, handles are pointers into g_gpus (validated on every
@@ -64,6 +67,7 @@ enum field {
     F_POWER, F_POWER_LIMIT, F_PCIE_GEN_CUR, F_PCIE_GEN_MAX, F_PCIE_W_CUR, F_PCIE_W_MAX,
     F_NVLINK_COUNT, F_NVLINK_DOWN, F_NUMA, F_FAB_STATE, F_FAB_STATUS, F_FAB_CLIQUE,
     F_FAB_UUID, F_FAB_HEALTH, F_PROCS_COMPUTE, F_PROCS_GRAPHICS,
+    F_LOAD_CLOCKS, F_LOAD_SM_CLOCK, F_LOAD_TEMP, F_LOAD_POWER,
     F_COUNT
 };
 
@@ -121,6 +125,11 @@ static const struct { const char *name; enum ftype type; } k_fields[F_COUNT] = {
     [F_FAB_HEALTH] = {"fabric_health_mask", T_U32},
     [F_PROCS_COMPUTE] = {"compute_processes", T_PROCS},
     [F_PROCS_GRAPHICS] = {"graphics_processes", T_PROCS},
+    /* What the same calls answer while the caller is under load (FAKENVML_UNDER_LOAD): see load_field(). */
+    [F_LOAD_CLOCKS] = {"under_load.clocks_event_reasons", T_REASONS},
+    [F_LOAD_SM_CLOCK] = {"under_load.sm_clock_MHz", T_U32},
+    [F_LOAD_TEMP] = {"under_load.temperature_C", T_U32},
+    [F_LOAD_POWER] = {"under_load.power_usage_mW", T_U32},
 };
 
 enum sysfield { S_DRIVER, S_NVML, S_CUDA, S_GPU_COUNT, S_INIT_ERROR, S_PCI_GPU_COUNT, S_KERNEL_MODULE, S_COUNT };
@@ -1603,17 +1612,39 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
 /* Clocks, thermals, power                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* The value a load-dependent field answers: its gpu.N.under_load.* twin while the calling process is
+ * under load (FAKENVML_UNDER_LOAD set and non-empty, read at every call: the fake CuPy sets it once a
+ * GEMM has run), unless that twin was never set; otherwise the field itself. A rack whose cooling fails
+ * only when its GPUs burn: idle callers see a healthy GPU, the burn's own samples see the fault. */
+static const fake_val *load_field(const struct nvmlDevice_st *g, enum field f)
+{
+    const char *load = getenv("FAKENVML_UNDER_LOAD");
+    enum field twin;
+    switch (f) {
+    case F_CLOCKS: twin = F_LOAD_CLOCKS; break;
+    case F_SM_CLOCK: twin = F_LOAD_SM_CLOCK; break;
+    case F_TEMP: twin = F_LOAD_TEMP; break;
+    case F_POWER: twin = F_LOAD_POWER; break;
+    default: return &g->f[f];
+    }
+    if (!load || !*load || g->f[twin].state == VAL_UNSET)
+        return &g->f[f];
+    return &g->f[twin];
+}
+
 static nvmlReturn_t clocks_reasons(const char *fn, nvmlDevice_t device, unsigned long long *out)
 {
     struct nvmlDevice_st *g = NULL;
+    const fake_val *v;
     nvmlReturn_t r = dev_enter(fn, device, &g);
     if (r != NVML_SUCCESS)
         return r;
     if (!out)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (g->f[F_CLOCKS].state != VAL_SET)
+    v = load_field(g, F_CLOCKS);
+    if (v->state != VAL_SET)
         return NVML_ERROR_NOT_SUPPORTED;
-    return parse_reasons(g->f[F_CLOCKS].s, out) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+    return parse_reasons(v->s, out) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *clocksEventReasons)
@@ -1635,7 +1666,7 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, u
         return NVML_ERROR_INVALID_ARGUMENT;
     if (type != NVML_CLOCK_SM)
         return NVML_ERROR_NOT_SUPPORTED;
-    return val_u32(&g->f[F_SM_CLOCK], clock);
+    return val_u32(load_field(g, F_SM_CLOCK), clock);
 }
 
 static nvmlReturn_t sensor_temp(struct nvmlDevice_st *g, unsigned int sensor, unsigned int *out)
@@ -1644,7 +1675,7 @@ static nvmlReturn_t sensor_temp(struct nvmlDevice_st *g, unsigned int sensor, un
         return NVML_ERROR_INVALID_ARGUMENT;
     if (sensor != NVML_TEMPERATURE_GPU)
         return NVML_ERROR_NOT_SUPPORTED;
-    return val_u32(&g->f[F_TEMP], out);
+    return val_u32(load_field(g, F_TEMP), out);
 }
 
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
@@ -1691,7 +1722,10 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperat
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
-    return u32_field(__func__, device, F_POWER, power);
+    DEV_ENTER(device, g);
+    if (!power)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return val_u32(load_field(g, F_POWER), power);
 }
 
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)

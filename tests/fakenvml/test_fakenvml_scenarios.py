@@ -185,6 +185,7 @@ FAULTS: dict[str, Any] = {
     "throttling": lambda h: {(7, "clocks_event_reasons"): _val(0x48), (7, "clocks_throttle_reasons"): _val(0x48)},
     "overheat": lambda h: {(0, "temperature"): _val(92), (0, "temperature_v"): _val(92),
                            (0, "threshold_slowdown"): _val(90)},
+    "hot-under-load": lambda h: {},  # idle, as this probe is: its fault shows only under load
     "persistence-off": lambda h: {(g, "persistence_mode"): _val(0) for g in range(8)},
     "seven-of-eight": lambda h: {(None, "count"): _val(7), **_gone(7, h)},
     "gpu-lost": lambda h: {**_gone(4, h), (4, "handle"): ("error", "NVMLError_GpuIsLost")},

@@ -6,6 +6,10 @@ from __future__ import annotations
 from gpuwork_helpers import environment, run_program
 
 from gpucheck.gpuwork import sampler
+from gpucheck.model import Status
+from gpucheck.node.burnin import burn_verdicts
+from gpucheck.profiles import load
+from lab.fakenvml import scenario_path
 
 H100_BUS = "00000000:00:06.0"  # h100-1gpu.scn (the sampled figures: test_worker_contract.py)
 GPU7_BUS = "00000000:DB:00.0"  # dgx-h100.scn's GPU 7, the one throttling.scn holds down
@@ -38,6 +42,29 @@ def test_hw_slowdown_and_hw_thermal_reasons_are_seen(fake_nvml) -> None:
     timeline = result["nvml"]["timeline"]  # every sample, as the burn is short: a point each 0.5 s
     assert timeline["every_s"] == 0.5 and len(timeline["temperature_C"]) == result["samples"]
     assert set(timeline["temperature_C"]) == {29} and set(timeline["power_W"]) == {75.26}
+
+
+def test_cooling_that_fails_only_under_load_is_seen_by_the_burns_own_samples(nvml_libdir, tmp_path) -> None:
+    """gpu.0.under_load.*: idle the GPU is healthy (34 C, no reason; tests/fakenvml/test_fakenvml_under_load.py);
+    once the worker's first GEMM has run, its sampler sees 92 C and HW thermal slowdown, and gpu.burn fails it."""
+    scenario = tmp_path / "cooling-fails-under-load.scn"
+    scenario.write_text(f"include = {scenario_path('h100-1gpu')}\n"
+                        "gpu.0.under_load.clocks_event_reasons = sw_power_cap|hw_thermal_slowdown\n"
+                        "gpu.0.under_load.temperature_C = 92\n")
+    result = burn("--bus-id", H100_BUS, LD_LIBRARY_PATH=str(nvml_libdir), FAKENVML_SCENARIO=str(scenario))
+    assert_throughput(result)
+    assert result["nvml_error"] is None and result["samples"] >= 3
+    seen = result["nvml"]["reasons_seen"]  # a sample taken before the first GEMM sees the idle GPU
+    assert seen.get("hw_thermal_slowdown", 0) >= result["samples"] - 1 and set(seen) <= {
+        "sw_power_cap", "hw_thermal_slowdown", "gpu_idle"}
+    assert result["nvml"]["temperature_C"]["max"] == 92 and result["nvml"]["slowdown_temperature_C"] == 89
+    work = {"index": 0, "pci_bus_id": H100_BUS, "results": {"burn": result}}
+    facts = {"nvml": {"gpus": []}, "gpuwork": {"gpus": {"GPU0": work}, "burn_seconds": 2.0, "xids_during": {},
+                                                "xid_error": None}}
+    verdict = burn_verdicts.burn(facts, load("generic"))
+    assert verdict.status == Status.FAIL, verdict.reason
+    assert f"hw_thermal_slowdown in {seen['hw_thermal_slowdown']} of {result['samples']} samples" in verdict.reason
+    assert "hottest sample 92 C > 89 C (NVML's slowdown threshold)" in verdict.reason
 
 
 def test_a_long_burns_timeline_is_at_most_120_means_of_equal_runs() -> None:

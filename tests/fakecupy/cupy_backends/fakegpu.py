@@ -8,7 +8,11 @@ With FAKECUPY_TFLOPS the GPUs' GEMMs run on a modelled clock instead of the CPU'
 that a GEMM occupies for its flops at that rate (times the device's FAKECUPY_SPEED), and every other operation
 waits for it, as a synchronize or a copy back does on a real stream. A figure timed around a synchronize is then
 the model's, to within one sleep's overshoot, however busy the CPU is (as long as numpy computes each GEMM in
-less than its modelled time): what a test needs to plant a GPU a known few percent slower."""
+less than its modelled time): what a test needs to plant a GPU a known few percent slower.
+
+The first GEMM a process launches sets FAKENVML_UNDER_LOAD=1 in it for good: from then on the fake NVML
+(lab/fakenvml) answers that process's calls with the scenario's gpu.N.under_load.* values, so a fault planted
+there (cooling that fails only under a burn) is seen by the burn's own samples and never by an idle check."""
 
 from __future__ import annotations
 
@@ -186,8 +190,12 @@ class Gpus:
             self.wait()
 
     def launch(self) -> float:
-        """A GEMM begins: its faults, and the time it was launched (for `queued`)."""
+        """A GEMM begins: its faults, and the time it was launched (for `queued`). From then on the process is
+        under load, for good (the burn keeps loading)."""
         self.operation(launch=True)
+        if not os.environ.get("FAKENVML_UNDER_LOAD"):  # set once: a putenv races the NVML sampler thread's getenv
+            # A fault that shows only under load: the fake NVML answers this process its gpu.N.under_load.* values.
+            os.environ["FAKENVML_UNDER_LOAD"] = "1"
         return time.perf_counter()
 
     def queued(self, launched: float, flops: int) -> None:
