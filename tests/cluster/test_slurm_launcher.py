@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,58 @@ def test_a_node_running_a_job_gets_no_active_check_even_with_full(monkeypatch) -
     hosts = [Host(n, "10.0.0.1", 22, "root", None, (), True) for n in states]
     fanout.fan_out(hosts, Options(full=True), states)
     assert asked == {"idle": True, "mixed": False, "allocated": False, "drained": True, "draining": False}
+
+
+def test_steps_of_one_allocation_run_at_once_and_scancel_ends_them(slurm, monkeypatch) -> None:
+    """The burn's shape through Slurm (slurm/allocation.py): salloc --no-shell holds gpu-a, two steps run in it at
+    the same time (srun --jobid --overlap: gpu-a has one CPU, which the first step holds), release ends the job."""
+    import threading
+
+    from gpucheck.cluster.slurm import allocation
+
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)
+    job_id, why = allocation.allocate("burn", ["gpu-a"], 120, 0)
+    assert job_id.isdigit() and why == "", why
+    try:
+        flag = slurm.dir / f"step-one-{job_id}"
+        first: list[srun.Step] = []
+        long = threading.Thread(target=lambda: first.append(srun.run(srun.Job(
+            "burn", ["gpu-a"], ["/bin/sh", "-c", f"touch {flag}; sleep 4; echo one $SLURM_JOB_ID"], 60,
+            jobid=job_id))))
+        long.start()
+        for _ in range(100):  # the first step runs
+            if flag.exists():
+                break
+            time.sleep(0.1)
+        second = srun.run(srun.Job("mpi", ["gpu-a"], ["/bin/sh", "-c", "echo two $SLURM_JOB_ID"], 30, jobid=job_id))
+        assert long.is_alive(), "the second step waited for the first to end"
+        long.join(30)
+        assert second.tasks[0].stdout == f"two {job_id}\n" and first[0].tasks[0].stdout == f"one {job_id}\n"
+    finally:
+        allocation.release(job_id)
+    for _ in range(50):
+        queue = slurm.scontrol("show", "job", job_id).stdout
+        if "JobState=CANCELLED" in queue or "Invalid job id" in queue or not queue:
+            break
+        time.sleep(0.2)
+    assert "JobState=RUNNING" not in slurm.scontrol("show", "job", job_id).stdout
+
+
+def test_an_allocation_slurm_will_not_give_says_why(slurm, monkeypatch) -> None:
+    from gpucheck.cluster.slurm import allocation
+
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)
+    job_id, why = allocation.allocate("burn", ["gpu-b"], 60, 0)  # drained by an admin
+    assert job_id == "" and why.startswith("Slurm gave no allocation of 1 node(s): "), why
+    job_id, why = allocation.allocate("burn", ["no-such-node"], 60, 0)
+    assert job_id == "" and ("no-such-node" in why or "Invalid node name" in why), why
+
+
+def test_a_step_of_an_allocation_asks_for_no_allocation_of_its_own() -> None:
+    job = srun.Job("mpi", ["node02", "node01"], ["hostname"], 100, mpi="pmix", gpus_per_node=8, jobid="42")
+    words = job.argv("/tmp/hosts")
+    assert "salloc" not in words and words[:5] == ["/usr/bin/env", "SLURM_HOSTFILE=/tmp/hosts", "srun",
+                                                   "--jobid=42", "--overlap"]
+    assert {"--ntasks=2", "--distribution=arbitrary", "--mpi=pmix", "--label"} <= set(words)

@@ -5,6 +5,7 @@ GPUs, the racks and the fabric, whom it blames, its rounds, and Ctrl-C in the mi
 
 from __future__ import annotations
 
+import _thread
 import copy
 import dataclasses
 import json
@@ -163,17 +164,17 @@ def test_a_long_burn_runs_in_rounds_and_joins_their_series() -> None:
 
 def test_ctrl_c_in_a_round_ends_every_burn_and_keeps_the_finished_rounds() -> None:
     ctx = burn_ctx(NODES[:2], seconds=2.0)
-    fake = runner(ctx, burn_s=0.05)
+    fake = runner(ctx, burn_s=0.5)
     started: list[Any] = []
     start = fake.start
 
     def interrupting(node: str, cmd: str, timeout: float) -> Any:
-        if "gpu.burn" in cmd and len(started) == 3:
-            raise KeyboardInterrupt  # Ctrl-C while round 2 starts: node01's burn of round 2 runs already
-        if "gpu.burn" in cmd:
-            started.append(start(node, cmd, timeout))
-            return started[-1]
-        return start(node, cmd, timeout)
+        if "gpu.burn" not in cmd:
+            return start(node, cmd, timeout)
+        started.append(start(node, cmd, timeout))
+        if len(started) == 4:
+            _thread.interrupt_main()  # Ctrl-C once round 2's burns run on both nodes
+        return started[-1]
 
     fake.start = interrupting  # type: ignore[method-assign]
     burn.ROUND_S, saved = 1.0, burn.ROUND_S
@@ -183,7 +184,7 @@ def test_ctrl_c_in_a_round_ends_every_burn_and_keeps_the_finished_rounds() -> No
     finally:
         burn.ROUND_S = saved
     assert ctx.burn["interrupted"] and ctx.burn["rounds_done"] == 1
-    assert started[-1].killed  # node01's second burn was ended
+    assert [b.killed for b in started] == [False, False, True, True]  # round 2's burns were ended, on both nodes
     gpus = next(r for r in ctx.results if r.check == burn_verdict.GPUS)
     assert gpus.status == Status.PASS and "1 of 2 round(s) of 1 s done), interrupted" in gpus.reason
 

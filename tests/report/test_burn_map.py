@@ -143,7 +143,7 @@ MALFORMED: list[Any] = [
 def test_a_malformed_document_draws_nothing_and_raises_nothing(document: Any):
     assert burn_map(document) is None
     assert burn_map_html(document) == ""
-    if isinstance(document, dict) and not isinstance(document.get("inventory"), str):  # the banner reads it
+    if isinstance(document, dict):  # the page around the section takes it too (an inventory that is text)
         assert "GPUs over time" not in render_html(document)
 
 

@@ -115,6 +115,7 @@ class ClusterContext:
     slurm: list[dict[str, str]] = field(default_factory=list)  # what --drain did in Slurm, node by node
     # --launcher slurm: every node Slurm knows (slurm.NodeState by NodeName), read once at the start
     slurm_states: dict[str, Any] | None = None
+    slurm_job: str = ""  # --launcher slurm: the allocation a stage holds (the burn's); its jobs run as its steps
     timings: dict[str, float] = field(default_factory=dict)
 
     def checked(self) -> list[str]:

@@ -108,7 +108,7 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
     for entry in nodes.values():
         if entry["status"] in node_counts:
             node_counts[entry["status"]] += 1
-    return {
+    doc = {
         "gpucheck_version": __version__,
         "kind": "cluster",
         "started": started,
@@ -127,9 +127,11 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
         "pairs": ctx.pairs,
         "scaling": ctx.scaling,
         "training": ctx.training,
-        "burn": ctx.burn,
         "history": ctx.history,
         "slurm": ctx.slurm,
         "drain": [{"node": n, "reason": r} for n, r in drained],
         "timings": ctx.timings,
     }
+    if ctx.burn:  # the burn stage ran (opt-in)
+        doc["burn"] = ctx.burn
+    return doc

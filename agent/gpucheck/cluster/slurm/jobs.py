@@ -7,6 +7,7 @@ SSH, started here with srun from this machine, the way researchers will start th
 - tasks that each need their own environment (TensorFlow's parameter-server tasks, a TF_CONFIG each): one srun,
   every task picking its variables by SLURM_PROCID;
 - the workload files: sent to every node through one srun's stdin (srun copies it to every task).
+Inside an allocation a stage holds (ctx.slurm_job: the burn's), each is a step of it instead (allocation.py).
 Every job asks for whole nodes (--exclusive: all their GPUs) and may put more tasks than CPUs on a node
 (--overcommit: CPU lab nodes run a ps, a chief and a worker on one)."""
 
@@ -61,7 +62,7 @@ def job(ctx: ClusterContext, what: str, lay: Layout, program: Sequence[str], env
         mpi: str | None = None) -> Remote:
     ranks = tasks(ctx, lay)
     done = srun.run(srun.Job(what, ranks, program, timeout, mpi=mpi, gpus_per_node=gpus_per_node(ctx, ranks),
-                             env=env)).remote
+                             env=env, jobid=ctx.slurm_job)).remote
     done.host = lay.slots[0][0] if lay.slots else "srun"
     return done
 
@@ -104,7 +105,7 @@ def distribute(ctx: ClusterContext, nodes: Sequence[str], script: Path, remote_d
     lay = Layout([(n, 1) for n in nodes])
     quoted = shlex.quote(remote_dir)
     unpack = f"mkdir -p {quoted} && base64 -d | tar -x -o -C {quoted} && echo {COPIED}"
-    step = srun.run(srun.Job("copy", tasks(ctx, lay), ["/bin/sh", "-c", unpack], timeout),
+    step = srun.run(srun.Job("copy", tasks(ctx, lay), ["/bin/sh", "-c", unpack], timeout, jobid=ctx.slurm_job),
                     input_text=base64.b64encode(buffer.getvalue()).decode() + "\n")
     done = step.remote
     copied = {task.node for task in step.tasks.values() if task.exit == 0 and COPIED in task.stdout}

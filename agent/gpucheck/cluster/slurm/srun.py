@@ -74,11 +74,23 @@ class Job:
     immediate_s: float | None = None  # give up if the nodes cannot be had within this long
     env: Mapping[str, str] = field(default_factory=dict)
     name: str = field(default="")
+    jobid: str = ""  # run as a step of this allocation (allocation.py), beside its other steps: no salloc
+
 
     def __post_init__(self) -> None:
         self.name = self.name or job_name(self.what)
 
     def argv(self, hostfile: str) -> list[str]:
+        step = ["srun", f"--ntasks={len(self.tasks)}", "--distribution=arbitrary", "--overcommit", "--export=NONE",
+                "--kill-on-bad-exit=0", "--label"]
+        if self.mpi:
+            step.append(f"--mpi={self.mpi}")
+        task_env = {"PATH": NODE_PATH, **self.env}
+        step += ["/usr/bin/env", *(f"{k}={v}" for k, v in task_env.items()), "/bin/sh", "-c", WRAP, "gpucheck-task",
+                 *self.program]
+        if self.jobid:  # --overlap: the allocation's other steps keep their CPUs and GPUs, and share them
+            return ["/usr/bin/env", f"SLURM_HOSTFILE={hostfile}", step[0], f"--jobid={self.jobid}", "--overlap",
+                    *step[1:]]
         nodes = list(dict.fromkeys(self.tasks))
         alloc = ["salloc", f"--job-name={self.name}", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
                  "--exclusive", f"--time={max(1, math.ceil((self.seconds + GRACE_S) / 60))}"]
@@ -86,13 +98,7 @@ class Job:
             alloc.append(f"--gres=gpu:{self.gpus_per_node}")
         if self.immediate_s:
             alloc.append(f"--immediate={max(1, math.ceil(self.immediate_s))}")
-        step = ["srun", f"--ntasks={len(self.tasks)}", "--distribution=arbitrary", "--overcommit", "--export=NONE",
-                "--kill-on-bad-exit=0", "--label"]
-        if self.mpi:
-            step.append(f"--mpi={self.mpi}")
-        task_env = {"PATH": NODE_PATH, **self.env}
-        return [*alloc, "/usr/bin/env", f"SLURM_HOSTFILE={hostfile}", *step, "/usr/bin/env",
-                *(f"{k}={v}" for k, v in task_env.items()), "/bin/sh", "-c", WRAP, "gpucheck-task", *self.program]
+        return [*alloc, "/usr/bin/env", f"SLURM_HOSTFILE={hostfile}", *step]
 
 
 @dataclass

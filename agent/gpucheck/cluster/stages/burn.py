@@ -19,11 +19,11 @@ from typing import Any
 
 from ...model import Result, Status
 from ...report.cluster.redact import for_terminal
-from .. import agent_report, fanout, jobs
+from .. import jobs
 from ..context import ClusterContext, ClusterResult, NodeOutcome
-from ..nodes import participants, remote_hosts
+from ..nodes import Participants, participants, remote_hosts
 from ..ssh.client import RemoteHosts, command
-from . import allreduce, burn_record, burn_verdict
+from . import allreduce, burn_nodes, burn_record, burn_verdict
 
 STAGE, CHECK = "burn", "cluster.burn"
 ROUND_S = 300.0  # the longest round: how often a long burn says where it is and rewrites the report
@@ -58,13 +58,29 @@ def burn_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resu
     if STAGE not in options.stages_asked:
         return [ClusterResult(CHECK, Status.SKIP, reason="opt-in: it takes every GPU of the cluster for its "
                               "duration; run it with --burn-minutes M or --stages ...,burn")]
-    if jobs.through_slurm(ctx):
-        return [ClusterResult(CHECK, Status.ERROR, reason="the burn stage does not run through --launcher slurm yet: "
-                              "run it with --launcher ssh (docs/burn.md)")]
     cast = participants(ctx, gpu_work=True)
     if not cast.nodes:
         return [cast.skip(CHECK, "no usable node to burn")]
-    nodes, run = cast.nodes, run or remote_hosts(ctx)
+    if not jobs.through_slurm(ctx):
+        return burn_all(ctx, cast, run or remote_hosts(ctx))
+    from ..slurm import allocation
+    from ..slurm.jobs import gpus_per_node, slurm_name
+
+    names = [slurm_name(ctx, n) for n in cast.nodes]
+    ctx.slurm_job, why = allocation.allocate("burn", names, options.burn_seconds + 2 * AGENT_MARGIN_S
+                                             + 2 * options.stage_timeout, gpus_per_node(ctx, names))
+    if not ctx.slurm_job:
+        return [ClusterResult(CHECK, Status.ERROR, reason=f"cannot burn through Slurm: {why}" + cast.note())]
+    try:
+        return burn_all(ctx, cast, run or remote_hosts(ctx))
+    finally:
+        allocation.release(ctx.slurm_job)
+        ctx.slurm_job = ""
+
+
+def burn_all(ctx: ClusterContext, cast: Participants, run: RemoteHosts) -> list[Result]:
+    """The rounds, each said as it ends and the report rewritten; the verdicts (on Ctrl-C: of the rounds done)."""
+    options, nodes = ctx.options, cast.nodes
     count, each = rounds_of(options.burn_seconds)
     racks = {h.name: (str(h.vars["rack"]) if h.vars.get("rack") else None) for h in ctx.inventory.hosts
              if h.name in nodes}
@@ -122,18 +138,11 @@ def one_round(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], seconds: 
     The waiting is done in threads, so the main thread sees Ctrl-C: it ends every node's burn, then re-raises."""
     limit = seconds + AGENT_MARGIN_S
     cmd = burn_command(ctx, seconds)
+    burns = (burn_nodes.SlurmBurns(ctx, nodes, cmd, limit) if jobs.through_slurm(ctx)
+             else burn_nodes.SshBurns(run, nodes, cmd, limit))
     began = time.monotonic()
-    started: dict[str, Any] = {}
     ended: dict[str, NodeOutcome] = {}
     stop = threading.Event()  # the burns have ended (or Ctrl-C): no further all-reduce
-
-    def burn_of(node: str) -> None:
-        done = started[node].wait()
-        if done.error and agent_report.find(done.stdout) is None:
-            ended[node] = NodeOutcome(node, Status.ERROR, f"its burn did not report: {done.describe()}",
-                                      done.kind or "ssh", done.wall_s, done.exit, evidence=done.evidence())
-        else:
-            ended[node] = fanout.interpret(node, done.stdout, done.stderr, done.exit, done.wall_s, limit)
 
     def fabric() -> None:
         if stop.wait(min(SETTLE_S, seconds / 4)):
@@ -149,24 +158,20 @@ def one_round(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], seconds: 
             if result.status not in (Status.PASS, Status.WARN):
                 return  # a broken all-reduce stays broken: say it once
 
-    burns = [threading.Thread(target=burn_of, args=(n,), daemon=True, name=f"gpucheck-burn-{n}") for n in nodes]
+    burner = threading.Thread(target=lambda: ended.update(burns.run()), daemon=True, name="gpucheck-burn-nodes")
     loader = threading.Thread(target=fabric, daemon=True, name="gpucheck-burn-fabric")
     try:
-        for node, thread in zip(nodes, burns, strict=True):
-            started[node] = run.start(node, cmd, limit)
-            thread.start()
+        burner.start()
         if len(nodes) > 1:
             loader.start()
-        for thread in burns:
-            while thread.is_alive():
-                thread.join(POLL_S)
+        while burner.is_alive():
+            burner.join(POLL_S)
         stop.set()
         while loader.is_alive():
             loader.join(POLL_S)
     except KeyboardInterrupt:
         stop.set()
         print("gpucheck: ending the burn on every node ...", file=sys.stderr, flush=True)
-        for background in started.values():
-            background.kill()
+        burns.stop()
         raise
     return {n: ended[n] for n in nodes if n in ended}

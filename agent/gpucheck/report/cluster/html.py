@@ -173,7 +173,7 @@ def nodes_table(doc: dict[str, Any]) -> str:
 def banner(doc: dict[str, Any]) -> str:
     code = doc.get("exit_code", 3)
     colour = {0: COLOURS["pass"], 1: COLOURS["warn"], 2: COLOURS["fail"]}.get(code, COLOURS["error"])
-    inv = doc.get("inventory") or {}
+    inv = doc.get("inventory") if isinstance(doc.get("inventory"), dict) else {}
     return (f'<div class="banner" style="background:{colour}"><h1>gpucheck cluster — {esc(verdict(code))} '
             f"(exit {esc(code)})</h1><small>started {esc(doc.get('started'))} · "
             f"{esc(figure(doc.get('duration_s', 0), 's'))} · {plural(len(node_map(doc)), 'node')} · "

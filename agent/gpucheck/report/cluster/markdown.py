@@ -175,7 +175,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# gpucheck cluster — {verdict(code)} (exit {code})", ""]
     if not doc.get("complete"):
         lines += ["**Incomplete**: this report was written before the run ended.", ""]
-    inv = doc.get("inventory") or {}
+    inv = doc.get("inventory") if isinstance(doc.get("inventory"), dict) else {}
     counts = doc.get("counts") or {}
     lines += [f"- started {doc.get('started')}, {figure(doc.get('duration_s', 0), 's')}",
               f"- inventory {_cell(', '.join(map(str, inv.get('sources') or [])))}, pattern {_code(inv.get('pattern'))}"
