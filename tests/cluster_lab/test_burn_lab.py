@@ -14,13 +14,21 @@ test_regression_lab.py does), and node04 runs the healthy DGX H100 scenario here
 
 from __future__ import annotations
 
-import base64
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import FAULTY, ROOT, LabState, by_check, lab, restore_link, run_cluster, slow_link, slurm_cmd
+from cluster_lab_helpers import (
+    FAULTY,
+    LabState,
+    by_check,
+    fake_cupy_tar,
+    lab,
+    put_file,
+    restore_link,
+    run_cluster,
+    slow_link,
+    slurm_cmd,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -45,18 +53,6 @@ BURN = ["--remote-command", f"{DIR}/gpucheck", "--profile", f"{DIR}/profile.yaml
         "--stage-timeout", "300", "--allreduce-size", "1M"]
 
 
-def put(node: str, path: str, data: bytes, mode: str = "0644") -> None:
-    encoded = base64.b64encode(data).decode()
-    lab("ssh", node, "--", f"sh -c 'echo {encoded} | base64 -d > {path} && chmod {mode} {path}'", timeout=120)
-
-
-def fake_cupy_tar() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(ROOT / "tests" / "fakecupy", arcname=".", filter=lambda m: None if "__pycache__" in m.name else m)
-    return buffer.getvalue()
-
-
 @pytest.fixture(scope="module")
 def fake_gpus(lab4: LabState):
     tar = fake_cupy_tar()
@@ -64,11 +60,11 @@ def fake_gpus(lab4: LabState):
     try:
         for node in NODES:
             lab("ssh", node, "--", f"sh -c 'rm -rf {DIR} && mkdir -p {DIR}'", timeout=120)
-            put(node, f"{DIR}/fakecupy.tgz", tar)
+            put_file(node, f"{DIR}/fakecupy.tgz", tar)
             lab("ssh", node, "--", f"tar xzf {DIR}/fakecupy.tgz -C {DIR}", timeout=120)
-            put(node, f"{DIR}/profile.yaml", PROFILE.encode())
-            put(node, f"{DIR}/gpucheck", WRAPPER.encode(), "0755")
-            put(node, f"{DIR}/env", KNOBS.encode())
+            put_file(node, f"{DIR}/profile.yaml", PROFILE.encode())
+            put_file(node, f"{DIR}/gpucheck", WRAPPER.encode(), "0755")
+            put_file(node, f"{DIR}/env", KNOBS.encode())
         yield lab4
     finally:
         for node in NODES:

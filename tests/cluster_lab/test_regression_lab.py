@@ -9,13 +9,10 @@ on the path, as a site would wrap its agent."""
 
 from __future__ import annotations
 
-import base64
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import ROOT, LabState, by_check, lab, run_cluster
+from cluster_lab_helpers import LabState, by_check, fake_cupy_tar, lab, put_file, run_cluster
 
 from lab.gpus import gpu_uuid
 
@@ -47,18 +44,6 @@ def knobs(speed: str = "") -> str:
             f"OPENBLAS_NUM_THREADS=1\nFAKECUPY_SPEED={speed}\n")
 
 
-def put(path: str, data: bytes, mode: str = "0644") -> None:
-    encoded = base64.b64encode(data).decode()
-    lab("ssh", NODE, "--", f"sh -c 'echo {encoded} | base64 -d > {path} && chmod {mode} {path}'", timeout=120)
-
-
-def fake_cupy_tar() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(ROOT / "tests" / "fakecupy", arcname=".", filter=lambda m: None if "__pycache__" in m.name else m)
-    return buffer.getvalue()
-
-
 def cluster(report: Path) -> tuple[int, dict]:
     done, doc, _ = run_cluster(["--limit", NODE, "--remote-command", f"{DIR}/gpucheck", "--profile",
                                 f"{DIR}/profile.yaml", "--stages", "history"], report, timeout=600)
@@ -75,11 +60,11 @@ def gpu_figures(doc: dict) -> dict[tuple[str, str, int], float]:
 @pytest.fixture
 def fake_gpus(lab4: LabState):
     lab("ssh", NODE, "--", f"sh -c 'rm -rf {DIR} && mkdir -p {DIR}'", timeout=120)
-    put(f"{DIR}/fakecupy.tgz", fake_cupy_tar())
+    put_file(NODE, f"{DIR}/fakecupy.tgz", fake_cupy_tar())
     lab("ssh", NODE, "--", f"tar xzf {DIR}/fakecupy.tgz -C {DIR}", timeout=120)
-    put(f"{DIR}/profile.yaml", PROFILE.encode())
-    put(f"{DIR}/gpucheck", WRAPPER.encode(), "0755")
-    put(f"{DIR}/env", knobs().encode())
+    put_file(NODE, f"{DIR}/profile.yaml", PROFILE.encode())
+    put_file(NODE, f"{DIR}/gpucheck", WRAPPER.encode(), "0755")
+    put_file(NODE, f"{DIR}/env", knobs().encode())
     try:
         yield lab4
     finally:
@@ -95,7 +80,7 @@ def test_a_gpu_ten_percent_slower_than_its_baseline_warns_naming_it_while_every_
     assert all(value == pytest.approx(RATE, rel=0.02) for value in before.values()), before  # the model's speed
 
     uuid = gpu_uuid(NODE, SLOW)
-    put(f"{DIR}/env", knobs(f"{uuid}:0.9").encode())
+    put_file(NODE, f"{DIR}/env", knobs(f"{uuid}:0.9").encode())
     code, doc = cluster(tmp_path / "slowed")
     after = gpu_figures(doc)
     node = doc["nodes"][NODE]

@@ -22,8 +22,8 @@ from .html_parts import esc
 LOW_SHARE, HIGH_SHARE = 0.5, 1.0  # throughput: red at half its SKU's median or below, green at the median
 COOL_END_C, HOT_END_C = 30.0, 95.0  # temperature: the ends of its colour scale
 # ColorBrewer's RdYlBu (blue, pale yellow, red): it stays apart for the common colour blindnesses
-HEAT_STOPS = [(0.0, (49, 54, 149)), (0.25, (116, 173, 209)), (0.5, (254, 224, 144)), (0.75, (244, 109, 67)),
-              (1.0, (165, 0, 38))]
+HEAT_STOPS = ((0.0, (49, 54, 149)), (0.25, (116, 173, 209)), (0.5, (254, 224, 144)), (0.75, (244, 109, 67)),
+              (1.0, (165, 0, 38)))
 EMPTY = "#eaeef2"  # where a GPU has no reading
 LABEL_MAX = 180  # px: the node names' column; a longer name is cut with "…" (whole in its title)
 GPU_COLUMN = 18  # px: the GPU numbers' column, where rows are tall enough to print them
@@ -46,12 +46,7 @@ def level(fraction: float) -> int:
 
 def heat(fraction: float) -> str:
     """Blue (cool) through pale yellow to red (hot)."""
-    fraction = min(max(fraction, 0.0), 1.0)
-    for (f0, c0), (f1, c1) in zip(HEAT_STOPS, HEAT_STOPS[1:], strict=False):
-        if fraction <= f1:
-            t = (fraction - f0) / (f1 - f0)
-            return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(c0, c1, strict=True))
-    return "#a50026"
+    return ramp(fraction, HEAT_STOPS)
 
 
 def share_level(share: float) -> int:

@@ -26,15 +26,18 @@ BLAMED, LEFT_OUT, MUTED = COLOURS["fail"], "#6e7781", "#57606a"
 RAMP_STEPS = 16  # the legend's colour bar, drawn in steps (the page has no url() reference of any kind)
 
 
-def ramp(fraction: float) -> str:
-    """Red (slow) through amber to green (fast)."""
+SPEED_STOPS = ((0.0, (207, 34, 46)), (0.5, (212, 167, 44)), (1.0, (26, 127, 55)))  # red, amber, green
+
+
+def ramp(fraction: float, stops: tuple[tuple[float, tuple[int, int, int]], ...] = SPEED_STOPS) -> str:
+    """The colour at `fraction` (0..1, clipped) of a scale through `stops`; by default red (slow) through amber to
+    green (fast)."""
     fraction = min(max(fraction, 0.0), 1.0)
-    stops = [(0.0, (207, 34, 46)), (0.5, (212, 167, 44)), (1.0, (26, 127, 55))]
     for (f0, c0), (f1, c1) in zip(stops, stops[1:], strict=False):
         if fraction <= f1:
             t = (fraction - f0) / (f1 - f0)
             return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(c0, c1, strict=True))
-    return "#1a7f37"
+    return "#" + "".join(f"{c:02x}" for c in stops[-1][1])
 
 
 def ink(fill: str) -> str:
