@@ -14,6 +14,7 @@ test_regression_lab.py does), and node04 runs the healthy DGX H100 scenario here
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,10 @@ exec gpucheck "$@"
 """
 KNOBS = (f"PYTHONPATH={DIR}\nFAKECUPY_TFLOPS={RATE}\nFAKECUPY_FREE_BYTES={2**20}\nFAKECUPY_TOTAL_BYTES={2**21}\n"
          "OPENBLAS_NUM_THREADS=1\n")
+# The lab's all-reduce runs on CPU ranks, on the cores the hosts' 32 burn workers share: under the burn it measured
+# 0.77 and 0.90 x its cold figure, so the fabric's warning is set at 0.4 x cold (0.7 by default)
 BURN = ["--remote-command", f"{DIR}/gpucheck", "--profile", f"{DIR}/profile.yaml", "--burn-minutes", "0.75",
-        "--stage-timeout", "300", "--allreduce-size", "1M"]
+        "--stage-timeout", "300", "--allreduce-size", "1M", "--burn-fabric-fraction", "0.4"]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +111,8 @@ def test_a_rack_throttling_only_under_load_is_named_by_shape(fake_gpus: LabState
             lab("fault", node, "scenario", "dgx-h100", timeout=120)
     fake_gpus.timings["burn_hot_rack_s"] = round(wall, 1)
     checks = by_check(doc)
-    assert all(doc["nodes"][n]["status"] == "pass" for n in NODES)  # idle, every node's own checks pass
+    own = {n: doc["nodes"][n].get("node_status", doc["nodes"][n]["status"]) for n in NODES}
+    assert set(own.values()) == {"pass"}, own  # idle, every node's own checks pass
     gpus = checks["cluster.burn.gpus"]
     assert gpus["status"] == "fail" and set(gpus["nodes"]) == {"node01", "node02"}, gpus["reason"]
     assert all("hw_thermal_slowdown in" in why for why in gpus["nodes"].values()), gpus["nodes"]
@@ -137,11 +141,13 @@ def test_a_slow_leaf_switch_is_named_by_shape(fake_gpus: LabState, tmp_path: Pat
 def test_the_burn_through_slurm_is_one_allocation_with_the_all_reduce_as_its_steps(fake_gpus: LabState, slurm,
                                                                                  tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
-    for name in ("node01", "node02"):
-        slurm_cmd(slurm, "scontrol", "update", f"nodename={name}", "state=resume")
+    for name in ("node01", "node02"):  # a drain an earlier test left (RESUME is refused for a node not drained)
+        if re.search(r"State=\S*(DRAIN|DOWN)", slurm_cmd(slurm, "scontrol", "show", "node", name)):
+            slurm_cmd(slurm, "scontrol", "update", f"nodename={name}", "state=resume")
     done, doc, wall = run_cluster([*BURN, "--limit", "node01,node02", "--stages", "burn", "--launcher", "slurm"],
                                   tmp_path / "report")
     fake_gpus.timings["burn_slurm_s"] = round(wall, 1)
+    fake_gpus.figures["burn_slurm"] = burn_figures(doc)
     checks = by_check(doc)
     said = done.stdout + done.stderr
     assert checks["cluster.burn.gpus"]["status"] == "pass", (checks["cluster.burn.gpus"]["reason"], said[-3000:])

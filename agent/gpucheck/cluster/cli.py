@@ -154,6 +154,9 @@ def add_parser(subparsers: Any) -> None:
                      help="run the burn stage (opt-in) for M minutes: every GPU of every node under the sustained "
                           f"GEMM at once, the all-reduce looping across the nodes (default with --stages burn: "
                           f"{DEFAULTS.burn_seconds / 60:g}); rounds of at most 5 minutes, each reported as it ends")
+    _with_default(lab, "--burn-fabric-fraction", fraction, "F",
+                  "burn stage: an all-reduce under the burn below F x the same all-reduce cold warns (default: "
+                  "%(default)g)")
     lab.add_argument("--scaling-efficiency-min", type=fraction, metavar="F",
                      help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
                           "published figures, not judged)")
@@ -227,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
                       train_image_size=args.train_image_size, train_batch_size=args.train_batch_size,
                       train_iterations=args.train_iterations, drain=args.drain, launcher=args.launcher,
                       history=args.history, no_history=args.no_history,
-                      burn_seconds=args.burn_minutes if args.burn_minutes is not None else DEFAULTS.burn_seconds)
+                      burn_seconds=args.burn_minutes if args.burn_minutes is not None else DEFAULTS.burn_seconds,
+                      burn_fabric_fraction=args.burn_fabric_fraction)
     try:
         fanout.build_command(options)
     except ValueError as exc:

@@ -85,6 +85,7 @@ class Options:
     drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm/drain.py)
     launcher: str = "ssh"  # ssh | slurm: how node checks and jobs start (slurm/fanout.py, slurm/jobs.py)
     burn_seconds: float = 600.0  # stage burn (opt-in): how long every GPU and the fabric are loaded at once
+    burn_fabric_fraction: float = 0.7  # stage burn: an all-reduce under load below F x its cold figure warns
     history: Path | None = None  # the history store (None: history.store.default_path())
     no_history: bool = False  # neither compare with the history nor record the run in it
 

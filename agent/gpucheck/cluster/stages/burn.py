@@ -111,7 +111,7 @@ def burn_all(ctx: ClusterContext, cast: Participants, run: RemoteHosts) -> list[
 def finish(ctx: ClusterContext, record: dict[str, Any], floor: float | None, source: str,
            note: str) -> list[ClusterResult]:
     """The verdicts, and each node's slowest GPU under the burn among the figures stragglers compares."""
-    results = burn_verdict.judge(record, floor, source)
+    results = burn_verdict.judge(record, floor, source, ctx.options.burn_fabric_fraction)
     results[0].reason += note
     for node, entry in record["nodes"].items():
         medians = [g["burn_TFLOPS_median"] for g in entry["gpus"].values()

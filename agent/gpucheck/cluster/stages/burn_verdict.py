@@ -6,7 +6,7 @@
   GPU model), or of the cluster where its rack has fewer than RACK_MIN of them: cooling or power a rack shares
   shows here, and stage `shape` then names the rack;
 - cluster.burn.fabric: the all-reduce bus bandwidth under the burn against the profile's floor and against the
-  same all-reduce measured cold, just before.
+  same all-reduce measured cold, just before (a share of it: --burn-fabric-fraction, default 0.7).
 Pure: the record in, results out."""
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ WORST = (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS, Status.SKIP)
 RACK_MIN = 3  # nodes a median needs to say who is out of line (of two, neither is)
 TEMP_OVER_C = 10.0  # hotter than the group's median by more than this: its cooling is not the others'
 POWER_BAND = (0.85, 1.15)  # power outside these shares of the group's median: throttled, or not loaded alike
-LOADED_FRACTION = 0.7  # under the burn, bus bandwidth below this share of the cold figure: the fabric suffers
 SHOWN = 8
 REMEDIATION_GPUS = ("read each node's reason: a hardware slowdown under load is cooling or power (fans, inlet "
                     "temperature, the rack's airflow, the PSUs); an Xid or a collapse under load is the GPU or its "
@@ -49,10 +48,13 @@ def shown(items: list[str]) -> str:
     return "; ".join(items[:SHOWN]) + (f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def judge(record: dict[str, Any], floor: float | None, floor_source: str) -> list[ClusterResult]:
+def judge(record: dict[str, Any], floor: float | None, floor_source: str,
+          loaded_fraction: float) -> list[ClusterResult]:
+    """`loaded_fraction`: under the burn, a bus bandwidth below this share of the cold figure warns (--burn-fabric-
+    fraction): the fabric suffers under load."""
     results = [gpus_result(record), racks_result(record)]
     if len(record["nodes"]) > 1:
-        results.append(fabric_result(record, floor, floor_source))
+        results.append(fabric_result(record, floor, floor_source, loaded_fraction))
     return results
 
 
@@ -164,7 +166,8 @@ def racks_result(record: dict[str, Any]) -> ClusterResult:
                          REMEDIATION_RACKS, nodes=why)
 
 
-def fabric_result(record: dict[str, Any], floor: float | None, floor_source: str) -> ClusterResult:
+def fabric_result(record: dict[str, Any], floor: float | None, floor_source: str,
+                  loaded_fraction: float) -> ClusterResult:
     fabric = record["fabric"]
     cold = fabric["cold"] or {}
     runs = [r for r in fabric["loaded"] if r["status"] == "pass" and number(r.get("busbw_GBps"))]
@@ -174,7 +177,7 @@ def fabric_result(record: dict[str, Any], floor: float | None, floor_source: str
     measured = {"cold_busbw_GBps": cold_bw, "loaded_busbw_GBps": loaded, "tool": fabric["tool"],
                 "loaded_median_GBps": statistics.median(loaded) if loaded else None}
     expected = (f">= {floor:g} GB/s ({floor_source}) and " if floor else "") + \
-        f">= {LOADED_FRACTION:g} x the cold figure under the burn"
+        f">= {loaded_fraction:g} x the cold figure under the burn"
     if failed:
         first = failed[0]
         return ClusterResult(FABRIC, status_of(first["status"]), measured, expected,
@@ -189,7 +192,7 @@ def fabric_result(record: dict[str, Any], floor: float | None, floor_source: str
     if floor and low < floor:
         return ClusterResult(FABRIC, Status.FAIL, measured, expected, f"under the burn the bus bandwidth fell to "
                              f"{low:g} GB/s < {floor:g} GB/s ({floor_source}){against}", REMEDIATION_FABRIC)
-    if cold_bw and mid < LOADED_FRACTION * cold_bw:
+    if cold_bw and mid < loaded_fraction * cold_bw:
         return ClusterResult(FABRIC, Status.WARN, measured, expected,
                              f"under the burn the bus bandwidth is {mid:g} GB/s (median of {len(loaded)} run(s)), "
                              f"{mid / cold_bw:.2f} x the cold {cold_bw:g} GB/s", REMEDIATION_FABRIC)
