@@ -197,3 +197,24 @@ def test_the_stage_is_opt_in_and_a_node_whose_burn_did_not_report_is_an_error() 
     broken = {"node02": lambda node, _round: {"exit_code": 3}}
     gpus = by_check(burn.burn_stage(ctx, runner(ctx, reports=broken)))[burn_verdict.GPUS]
     assert gpus.status == Status.ERROR and "node02" in gpus.reason and not gpus.nodes
+
+
+def test_a_burn_that_cannot_be_followed_is_that_node_s_error_not_a_crash() -> None:
+    ctx = burn_ctx(NODES[:2])
+    fake = runner(ctx)
+    start = fake.start
+    started: list[Any] = []
+
+    def broken(node: str, cmd: str, timeout: float) -> Any:
+        if "gpu.burn" in cmd and node == "node02":
+            raise OSError("the SSH layer broke")  # a bug below the stage: node01's burn was started already
+        if "gpu.burn" in cmd:
+            started.append(start(node, cmd, timeout))
+            return started[-1]
+        return start(node, cmd, timeout)
+
+    fake.start = broken  # type: ignore[method-assign]
+    gpus = by_check(burn.burn_stage(ctx, fake))[burn_verdict.GPUS]
+    assert gpus.status == Status.ERROR and "node02: its burn gave no outcome" in gpus.reason, gpus.reason
+    assert "(OSError: the SSH layer broke)" in gpus.reason
+    assert [b.killed for b in started] == [True]  # node01's burn, started before the break, was ended

@@ -158,7 +158,16 @@ def one_round(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], seconds: 
             if result.status not in (Status.PASS, Status.WARN):
                 return  # a broken all-reduce stays broken: say it once
 
-    burner = threading.Thread(target=lambda: ended.update(burns.run()), daemon=True, name="gpucheck-burn-nodes")
+    failed: list[str] = []
+
+    def burn() -> None:
+        try:
+            ended.update(burns.run())
+        except Exception as exc:  # a bug below the stage: each node's error, and no burn left running
+            failed.append(f"{type(exc).__name__}: {exc}")
+            burns.stop()
+
+    burner = threading.Thread(target=burn, daemon=True, name="gpucheck-burn-nodes")
     loader = threading.Thread(target=fabric, daemon=True, name="gpucheck-burn-fabric")
     try:
         burner.start()
@@ -174,4 +183,5 @@ def one_round(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], seconds: 
         print("gpucheck: ending the burn on every node ...", file=sys.stderr, flush=True)
         burns.stop()
         raise
-    return {n: ended[n] for n in nodes if n in ended}
+    lost = f"its burn gave no outcome: gpucheck lost track of it ({failed[0] if failed else 'no reason known'})"
+    return {n: ended.get(n) or NodeOutcome(n, Status.ERROR, lost, "ssh") for n in nodes}
