@@ -30,13 +30,16 @@
 #   7 busy-gpu       (90 s)  another program on the GPU (bench/gpu_neighbour.py: 60 % of the memory, a GEMM loop):
 #                            the burn-in must say "busy: pid N" as `error` for it, never fail or pass, and with
 #                            --allow-busy the memtest must not pass having tested only what was left free
-#   8 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
+#   8 cluster-burn  (150 s)  `gpucheck cluster`'s burn stage on this machine as a one-node cluster (bench/
+#                            burn_stage_local.py: the stage's node command through a local shell, no sshd): its
+#                            verdict and each GPU's burn median and hottest sample over a 60 s burn
+#   9 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
 #                            the GPU found at their offsets, the p2p and all-reduce programs
-#   9 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
+#  10 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
 #                            burn-in's wall time; figures already measured once, so this guards against a
 #                            regression rather than proving function (the wall time is left out under 150 s)
-#  10 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
-#  11 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
+#  11 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
+#  12 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
 #                            tests and the bench cover it now, so it runs last, when time is left
 #
 # Outputs under $OUT, these names only (8 at most whatever happens; scratch files go to a private temporary
@@ -80,6 +83,7 @@ STEPS=(
   "rma              90   30  step_rma            py:yaml,py:psutil,py:rich"
   "planted-fault    60   40  step_planted_fault  py:yaml,py:psutil,py:rich,py:cupy"
   "busy-gpu         90   60  step_busy_gpu       py:yaml,py:psutil,py:rich,py:cupy,file:bench/gpu_neighbour.py"
+  "cluster-burn    150   90  step_cluster_burn   py:yaml,py:psutil,py:rich,py:cupy,file:bench/burn_stage_local.py"
   "gpu-tests       180  120  step_gpu_tests      py:pytest,py:cupy"
   "bench           180   60  step_bench          py:cupy,file:bench/gpu_burnin.py"
   "resnet50        150   60  step_resnet         cmd:torchrun,py:torch,file:agent/gpucheck/workloads/resnet_torch_ddp.py"
@@ -292,6 +296,25 @@ EOF
     return "$rc"
 }
 
+step_cluster_burn() {  # succeeds when the stage burned this machine and every result passed
+    local seconds=$((STEP_T - 60))
+    ((seconds > 60)) && seconds=60
+    python3 bench/burn_stage_local.py --seconds "$seconds" | tee "$WORK/cluster-burn.txt"
+    local rc=${PIPESTATUS[0]}
+    python3 - "$WORK/cluster-burn.txt" >"$KEYS" 2>&1 <<'EOF'
+import json, sys
+lines = [x for x in open(sys.argv[1], errors="replace").read().splitlines() if x.startswith("{")]
+if not lines:
+    sys.exit("no result line from bench/burn_stage_local.py (see steps.log)")
+said = json.loads(lines[-1])
+for r in said["results"]:
+    print(f"{r['check']}: {r['status']}: {r['reason']}"[:300])
+for gpu, g in said["gpus"].items():
+    print(f"{gpu}: burn median {g['TFLOPS_median']} TFLOP/s, hottest {g['temperature_C_max']} C, {g['points']} points")
+EOF
+    return "$rc"
+}
+
 step_gpu_tests() {
     python3 -m pytest -q -rfEs -m gpu tests/gpuwork tests/node -p no:cacheprovider 2>&1 | tee "$WORK/gpu-tests.txt"
     local rc=$?
@@ -355,7 +378,8 @@ sys.exit(1 if errors else 0)
 EOF
 }
 
-export -f node_digest step_nvidia_smi step_node_passive step_node_full step_spread step_rma step_planted_fault step_busy_gpu step_gpu_tests \
+export -f node_digest step_nvidia_smi step_node_passive step_node_full step_spread step_rma step_planted_fault step_busy_gpu \
+    step_cluster_burn step_gpu_tests \
     step_bench step_resnet step_cupy_probe
 
 # ---------------------------------------------------------------- prerequisites, asked once

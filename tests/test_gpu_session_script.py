@@ -22,8 +22,8 @@ import pytest
 from support import ROOT
 
 SCRIPT = ROOT / "bench" / "gpu_session.sh"
-ORDER = ["nvidia-smi", "node-passive", "node-full", "spread", "rma", "planted-fault", "busy-gpu", "gpu-tests",
-         "bench", "resnet50", "cupy-probe"]
+ORDER = ["nvidia-smi", "node-passive", "node-full", "spread", "rma", "planted-fault", "busy-gpu", "cluster-burn",
+         "gpu-tests", "bench", "resnet50", "cupy-probe"]
 OUTPUTS = {"summary.txt", "steps.log", "nvidia-smi-q-x.xml", "node-passive.json", "node-full.json",
            "node-fault.json", "rma.tar.gz", "bench.txt"}
 MODULES = ["yaml", "psutil", "rich", "pytest", "cupy", "numpy", "torch"]
@@ -42,8 +42,8 @@ if name == "python3" and args[:2] == ["-m", "gpucheck"]:
 elif name == "python3" and args[:2] == ["-m", "pytest"]:
     step = "gpu-tests"
 elif name == "python3":
-    step = {"gpu_burnin.py": "bench", "cupy_probe.py": "cupy-probe",
-            "gpu_neighbour.py": "busy-gpu"}.get(os.path.basename(args[0]), "python3?")
+    step = {"gpu_burnin.py": "bench", "cupy_probe.py": "cupy-probe", "gpu_neighbour.py": "busy-gpu",
+            "burn_stage_local.py": "cluster-burn"}.get(os.path.basename(args[0]), "python3?")
 else:
     step = {"torchrun": "resnet50"}.get(name, name)
 with open(os.environ["STUB_LOG"], "a") as log:
@@ -111,6 +111,11 @@ elif step.startswith(("node-", "planted-")):
         report["results"] = [{"check": "gpu.memory", "status": "pass", "expected": ">= 142333 MiB", "reason": ""}]
     with open(args[args.index("--output") + 1], "w") as out:
         json.dump(report, out)
+elif step == "cluster-burn":
+    print("burn: round 1 of 1: 1 node(s) burning for 60 s")
+    print(json.dumps({"node": "pass", "wall_s": 71.2, "gpus": {"GPU0": {"TFLOPS_median": 661.1,
+          "temperature_C_max": 61, "points": 60}}, "results": [{"check": "cluster.burn.gpus", "status": "pass",
+          "reason": "1 node(s) burning at once for 60 s: 1 GPU(s), every node's own burn verdict passes"}]}))
 elif step == "gpu-tests":
     for n in range(3000):  # 300 kB: more than steps.log keeps of one step
         print(f"tests/gpuwork/test_real_gpu.py::test_{n} {'.' * 60}")
@@ -202,7 +207,7 @@ def test_the_script_ends_within_its_budget_and_reports_the_steps_that_did_not_fi
     for name in ORDER[1:]:
         assert "not started (budget" in rows[name], done.summary
     assert [call[0] for call in done.calls] == ["nvidia-smi"], done.calls
-    assert "=== step 2/11 node-passive: not started (budget" in done.stdout
+    assert f"=== step 2/{len(ORDER)} node-passive: not started (budget" in done.stdout
     # the hung nvidia-smi ignored SIGTERM and outlived the step's shell: the script killed it, no GPU held after
     pids = [int(pid) for pid in (done.stubs / "hung.pids").read_text().split()]
     left = [pid for pid in pids if alive(pid)]
@@ -235,7 +240,8 @@ def test_every_step_runs_in_order_a_failure_stops_nothing_and_at_most_8_files_co
     # the key lines reach the summary
     for line in ("NVIDIA H200", "planted fault found", "GPU0 gpu.gemm bf16_TFLOPS: 780, 772, 764: spread 2.1 %",
                  "widest spread over 3 runs: 2.1 %", "Serial number: 1654123456789", "rma-h200-GPU0/rma.json",
-                 "busy GPU found: error busy", "12 passed", "ratio 0.998",
+                 "busy GPU found: error busy", "cluster.burn.gpus: pass: 1 node(s) burning at once for 60 s",
+                 "GPU0: burn median 661.1 TFLOP/s, hottest 61 C, 60 points", "12 passed", "ratio 0.998",
                  "5350.6 images/s", "gemmEx_bf16_TFLOPS: 780.1", "profile generic, 1 pass",
                  "profile derived-h200-sxm-141gb", "derived: gpu.memory pass (>= 142333 MiB)"):
         assert line in done.summary, (line, done.summary)
