@@ -76,7 +76,6 @@ class Job:
     name: str = field(default="")
     jobid: str = ""  # run as a step of this allocation (allocation.py), beside its other steps: no salloc
 
-
     def __post_init__(self) -> None:
         self.name = self.name or job_name(self.what)
 
