@@ -174,7 +174,7 @@ def test_an_admin_node_is_the_admin_group_without_simulated_gpus(tmp_path: Path)
     racks = {n: v.get("rack") for n, v in yaml.safe_load(proc.stdout)["_meta"]["hostvars"].items()}
     assert racks == {"admin01": None, "node01": "A", "node02": "A", "node03": "B"}  # the admin node in none
     data = yaml.safe_load(proc.stdout)
-    assert data["admin"]["hosts"] == ["admin01"] and data["gpu_nodes"]["hosts"] == ["node01", "node02"]
+    assert data["admin"]["hosts"] == ["admin01"] and data["gpu_nodes"]["hosts"] == ["node01", "node02", "node03"]
     assert data["_meta"]["hostvars"]["admin01"]["ansible_host"] == "10.213.7.10"
     identity = host.HostIdentity("k", "p", "ck", "cp")
     admin_spec = host.spec(st.hosts[0], st.hosts, ["/base"], identity, "", st.proxy_url, None)
