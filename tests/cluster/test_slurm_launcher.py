@@ -296,9 +296,9 @@ def test_an_allocation_slurm_will_not_give_says_why(slurm, monkeypatch) -> None:
 
     for key, value in slurm.env.items():
         monkeypatch.setenv(key, value)
-    job_id, why = allocation.allocate("burn", ["gpu-b"], 60, 0)  # drained by an admin
+    job_id, why = allocation.allocate("burn", ["gpu-b"], 60, 0, wait_s=2)  # drained by an admin
     assert job_id == "" and why.startswith("Slurm gave no allocation of 1 node(s): "), why
-    job_id, why = allocation.allocate("burn", ["no-such-node"], 60, 0)
+    job_id, why = allocation.allocate("burn", ["no-such-node"], 60, 0, wait_s=2)
     assert job_id == "" and ("no-such-node" in why or "Invalid node name" in why), why
 
 

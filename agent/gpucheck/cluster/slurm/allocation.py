@@ -17,21 +17,22 @@ GRANTED = re.compile(r"Granted job allocation (\d+)")
 ALLOCATE_S = 60.0  # the nodes were usable a moment ago: longer means someone else holds them
 
 
-def allocate(what: str, names: Sequence[str], seconds: float, gpus_per_node: int) -> tuple[str, str]:
+def allocate(what: str, names: Sequence[str], seconds: float, gpus_per_node: int,
+             wait_s: float = ALLOCATE_S) -> tuple[str, str]:
     """(job id, '') for an allocation of these Slurm nodes, whole, for `seconds`; ('', why not) when Slurm will not
-    give it within ALLOCATE_S."""
+    give it within `wait_s`."""
     nodes = list(dict.fromkeys(names))
     argv = ["salloc", "--no-shell", f"--job-name={srun.job_name(what)}", f"--nodes={len(nodes)}",
             f"--nodelist={','.join(nodes)}", "--exclusive", f"--time={max(1, math.ceil(seconds / 60))}",
-            f"--immediate={math.ceil(ALLOCATE_S)}"]
+            f"--immediate={max(1, math.ceil(wait_s))}"]
     if gpus_per_node:
         argv.append(f"--gres=gpu:{gpus_per_node}")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=ALLOCATE_S + 30, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=wait_s + 30, check=False)
     except FileNotFoundError:
         return "", "salloc not found on this machine: install slurm-client here, with the cluster's slurm.conf"
     except subprocess.TimeoutExpired:
-        return "", f"salloc did not answer within {ALLOCATE_S + 30:g} s"
+        return "", f"salloc did not answer within {wait_s + 30:g} s"
     said = done.stderr + done.stdout
     granted = GRANTED.search(said)
     if done.returncode == 0 and granted:
