@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ...model import Result, Status
+from ...report.cluster.burnin import finite
 from ...report.cluster.redact import for_terminal
 from .. import jobs
 from ..context import ClusterContext, ClusterResult, NodeOutcome
@@ -115,7 +116,7 @@ def finish(ctx: ClusterContext, record: dict[str, Any], floor: float | None, sou
     results[0].reason += note
     for node, entry in record["nodes"].items():
         medians = [g["burn_TFLOPS_median"] for g in entry["gpus"].values()
-                   if burn_record.number(g.get("burn_TFLOPS_median"))]
+                   if finite(g.get("burn_TFLOPS_median"))]
         if medians:
             ctx.figures.setdefault("burn_all_nodes_TFLOPS_min_gpu", {})[node] = min(medians)
     return results
@@ -125,7 +126,7 @@ def round_text(record: dict[str, Any], outcomes: dict[str, NodeOutcome]) -> str:
     statuses = [r["rounds"][-1]["status"] for r in record["nodes"].values() if r["rounds"]]
     bad = [f"{n} {record['nodes'][n]['rounds'][-1]['status']}" for n in outcomes
            if record["nodes"][n]["rounds"][-1]["status"] not in ("pass", "skip")]
-    loaded = [r["busbw_GBps"] for r in record["fabric"]["loaded"] if burn_record.number(r.get("busbw_GBps"))]
+    loaded = [r["busbw_GBps"] for r in record["fabric"]["loaded"] if finite(r.get("busbw_GBps"))]
     cold = (record["fabric"]["cold"] or {}).get("busbw_GBps")
     fabric = (f"; all-reduce {loaded[-1]:g} GB/s under load" + (f" (cold {cold:g})" if cold else "")) if loaded else ""
     return (f"round {record['rounds_done']} of {record['rounds']} done: {statuses.count('pass')} of {len(statuses)} "

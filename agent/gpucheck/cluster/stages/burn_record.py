@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from ...model import Result
+from ...report.cluster.burnin import finite
 from ..context import NodeOutcome
 
 BURN_CHECK = "gpu.burn"
@@ -54,13 +55,13 @@ def joined(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, 
 def merge_gpu(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """A GPU's figures over the rounds: the median of its rounds' medians, its hottest sample, its series joined."""
     if not old:
-        medians = [new["burn_TFLOPS_median"]] if number(new.get("burn_TFLOPS_median")) else []
+        medians = [new["burn_TFLOPS_median"]] if finite(new.get("burn_TFLOPS_median")) else []
         return {**new, "burn_TFLOPS_rounds": medians}
     out = {**old, **{k: v for k, v in new.items() if k not in ("burn_timeline", "burn_TFLOPS_median")}}
-    if number(new.get("burn_TFLOPS_median")):
+    if finite(new.get("burn_TFLOPS_median")):
         out["burn_TFLOPS_rounds"] = [*old.get("burn_TFLOPS_rounds", []), new["burn_TFLOPS_median"]]
         out["burn_TFLOPS_median"] = statistics.median(out["burn_TFLOPS_rounds"])
-    hottest = [v for v in (old.get("burn_temperature_C_max"), new.get("burn_temperature_C_max")) if number(v)]
+    hottest = [v for v in (old.get("burn_temperature_C_max"), new.get("burn_temperature_C_max")) if finite(v)]
     if hottest:
         out["burn_temperature_C_max"] = max(hottest)
     lines = {}
@@ -97,7 +98,3 @@ def add_allreduce(record: dict[str, Any], result: Result, when: str) -> None:
         record["fabric"]["cold"] = run
     else:
         record["fabric"]["loaded"].append(run)
-
-
-def number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value

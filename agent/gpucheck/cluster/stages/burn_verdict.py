@@ -15,8 +15,8 @@ import statistics
 from typing import Any
 
 from ...model import Status
+from ...report.cluster.burnin import finite
 from ..context import ClusterResult
-from .burn_record import number
 
 GPUS, RACKS, FABRIC = "cluster.burn.gpus", "cluster.burn.racks", "cluster.burn.fabric"
 WORST = (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS, Status.SKIP)
@@ -78,7 +78,7 @@ def gpus_result(record: dict[str, Any]) -> ClusterResult:
         label = f"round {which + 1}: " if len(rounds) > 1 else ""
         verdicts[node] = (status, label + rounds[which]["reason"])
     medians = [g["burn_TFLOPS_median"] for e in record["nodes"].values() for g in e["gpus"].values()
-               if number(g.get("burn_TFLOPS_median"))]
+               if finite(g.get("burn_TFLOPS_median"))]
     count = sum(len(e["gpus"]) for e in record["nodes"].values())
     measured = {"nodes": len(verdicts), "gpus": count, "rounds_done": record["rounds_done"],
                 "TFLOPS_median": round(statistics.median(medians), 6) if medians else None,
@@ -103,13 +103,13 @@ def node_figures(entry: dict[str, Any]) -> tuple[float | None, float | None]:
     last = (entry["rounds"][-1].get("measured") if entry["rounds"] else None) or {}
     for label, gpu in entry["gpus"].items():
         series = [v for v in (((gpu.get("burn_timeline") or {}).get("nvml") or {}).get("power_W") or [])
-                  if number(v)]
+                  if finite(v)]
         steady = series[len(series) // 2:]
         if steady:
             powers.append(statistics.fmean(steady))
-        elif isinstance(last.get(label), dict) and number(last[label].get("power_W_max")):
+        elif isinstance(last.get(label), dict) and finite(last[label].get("power_W_max")):
             powers.append(float(last[label]["power_W_max"]))
-        if number(gpu.get("burn_temperature_C_max")):
+        if finite(gpu.get("burn_temperature_C_max")):
             temps.append(float(gpu["burn_temperature_C_max"]))
     whole = len(powers) == len(entry["gpus"]) and powers
     return (round(sum(powers), 1) if whole else None), (max(temps) if temps else None)
@@ -170,9 +170,9 @@ def fabric_result(record: dict[str, Any], floor: float | None, floor_source: str
                   loaded_fraction: float) -> ClusterResult:
     fabric = record["fabric"]
     cold = fabric["cold"] or {}
-    runs = [r for r in fabric["loaded"] if r["status"] == "pass" and number(r.get("busbw_GBps"))]
+    runs = [r for r in fabric["loaded"] if r["status"] == "pass" and finite(r.get("busbw_GBps"))]
     failed = [r for r in fabric["loaded"] if r not in runs]
-    cold_bw = cold.get("busbw_GBps") if cold.get("status") == "pass" and number(cold.get("busbw_GBps")) else None
+    cold_bw = cold.get("busbw_GBps") if cold.get("status") == "pass" and finite(cold.get("busbw_GBps")) else None
     loaded = [r["busbw_GBps"] for r in runs]
     measured = {"cold_busbw_GBps": cold_bw, "loaded_busbw_GBps": loaded, "tool": fabric["tool"],
                 "loaded_median_GBps": statistics.median(loaded) if loaded else None}
