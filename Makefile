@@ -4,16 +4,27 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test lint deps setup clean
+# Test workers (pytest-xdist): the tests mostly wait on processes, hosts, apt, Ansible and Slurm, so more workers
+# than cores still overlap. The lab tests are one group on one worker (the machine holds one lab), started first;
+# the other workers take the rest a file at a time (tests/conftest.py: schedule).
+JOBS   ?= 3
+XDIST   = -n $(JOBS) --dist loadgroup --no-loadscope-reorder
+# What `make check` leaves out: the tests marked (or given, by the fixture they use) lab, sshd or slurm.
+DAEMONS = lab or sshd or slurm
+
+.PHONY: demo test check lint deps setup clean
 
 demo: setup            ## bring up the lab, provision it with site.yml, validate it, print the report
 	$(PY) -m lab demo $(ARGS)
 
 test: setup            ## the whole suite, lab integration tests included (needs root)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest $(XDIST) $(ARGS)
+
+check: lint            ## the loop to run after each change: lint, then every test that needs no lab, sshd or Slurm
+	GPUCHECK_TESTS_NO_DAEMONS=1 $(PY) -m pytest $(XDIST) -m "not ($(DAEMONS))" $(ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check agent tests lab bench
+	$(VENV)/bin/ruff check agent tests lab bench .ci
 
 setup: deps $(STAMP)
 

@@ -33,12 +33,49 @@ def cuda_devices() -> int:
     return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
 
 
+# The fixtures that start what `make check` leaves out, and the mark each gives the tests using it (directly or
+# through another fixture), so `-m "not lab and not sshd and not slurm"` keeps exactly the tests that need none.
+# A test that starts one another way fails under `make check` (support.starting) until it carries the mark.
+DAEMON_FIXTURES = {"lab_session": "lab", "lab2": "lab", "lab4": "lab", "sshd": "sshd", "slurm": "slurm"}
+LAB_GROUP = "lab"  # pytest-xdist: every lab test on one worker, in order (the machine holds one lab at a time)
+
+
+def mark_daemons(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, mark in DAEMON_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()) and not item.get_closest_marker(mark):
+                item.add_marker(mark)
+
+
+def group(item: pytest.Item) -> None:
+    """Under `--dist loadgroup` (pytest-xdist), the unit a worker takes whole: the lab tests together (one worker,
+    in order), every other test with its file (its module fixtures paid once). Set as the item is collected, before
+    xdist's own collection hook reads the marks (workers see `loadgroup`, not `dist`)."""
+    if getattr(item.config.option, "loadgroup", False) or getattr(item.config.option, "dist", "no") == "loadgroup":
+        name = LAB_GROUP if item.get_closest_marker("lab") else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(name))
+
+
+def lab_first(items: list[pytest.Item]) -> None:
+    """The lab tests first, in their own order (the sort is stable): under `make test`'s `--no-loadscope-reorder`
+    one worker starts the longest chain at once while the others take the rest a file at a time."""
+    items.sort(key=lambda item: not item.get_closest_marker("lab"))
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected what it leaves out
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `gpu` run real CUDA kernels: skipped, saying so, where CuPy sees no CUDA device."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and cuda_devices() == 0:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason="no CUDA device (CuPy sees none): a `gpu` test"))
+    lab_first(items)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks as soon as an item exists: `-m` and xdist's grouping read them in their collection hooks."""
+    mark_daemons([item])
+    group(item)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -104,15 +141,20 @@ def fake_bin(tmp_path: Path):
 class LabEvidence:
     """The lab tests are the end-to-end evidence, so under CI a run that collected any test marked `lab` and then
     skipped (xfail included) or deselected one of them fails at the end, whatever else passed, and says which
-    and why. A run that collected none (`pytest tests/node`) is not concerned."""
+    and why. A run that collected none (`pytest tests/node`) is not concerned.
+
+    Under pytest-xdist the workers collect, deselect and run: each hands what it saw to the controller
+    (`workeroutput`, read in pytest_testnodedown), which decides the run's exit status."""
+
+    KEY = "gpucheck_lab_not_run"
 
     def __init__(self) -> None:
         self.lab: set[str] = set()
         self.not_run: dict[str, str] = {}
 
-    def pytest_itemcollected(self, item: pytest.Item) -> None:
-        if item.get_closest_marker("lab"):
-            self.lab.add(item.nodeid)
+    @pytest.hookimpl(tryfirst=True)  # every item, with every mark, before -m deselects any
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.lab |= {item.nodeid for item in items if item.get_closest_marker("lab")}
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -120,27 +162,44 @@ class LabEvidence:
                 self.not_run[item.nodeid] = "deselected"
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.skipped and report.nodeid in self.lab:
+        if report.skipped and (report.nodeid in self.lab or "lab" in report.keywords):
             why = report.longrepr[2] if isinstance(report.longrepr, tuple) else f"xfail {report.wasxfail}"
             self.not_run.setdefault(report.nodeid, f"skipped: {why.removeprefix('Skipped: ')}")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.not_run and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller judges
+            workeroutput[self.KEY] = dict(self.not_run)
+        elif self.not_run and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.not_run:
             terminalreporter.write_sep("=", f"CI: {len(self.not_run)} lab test(s) did not run: the run fails",
                                        red=True, bold=True)
-            for nodeid, why in self.not_run.items():
+            for nodeid, why in sorted(self.not_run.items()):
                 terminalreporter.write_line(f"{nodeid}: {why}")
+
+
+class LabEvidenceFromWorkers:
+    """The controller's side of LabEvidence under pytest-xdist (registered only where xdist is: its hook)."""
+
+    def __init__(self, evidence: LabEvidence) -> None:
+        self.evidence = evidence
+
+    def pytest_testnodedown(self, node, error) -> None:
+        for nodeid, why in (getattr(node, "workeroutput", None) or {}).get(LabEvidence.KEY, {}).items():
+            self.evidence.not_run.setdefault(nodeid, why)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     from labkit import ci
 
     if ci():
-        config.pluginmanager.register(LabEvidence(), "gpucheck-lab-evidence")
+        evidence = LabEvidence()
+        config.pluginmanager.register(evidence, "gpucheck-lab-evidence")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(LabEvidenceFromWorkers(evidence), "gpucheck-lab-evidence-xdist")
 
 
 @pytest.fixture(scope="module")

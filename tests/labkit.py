@@ -13,6 +13,8 @@ from typing import NoReturn
 import pytest
 import yaml
 
+from support import starting
+
 REPO = Path(__file__).resolve().parents[1]
 RUN_DIR = Path("/run/gpucheck-lab")
 KEY = RUN_DIR / "id_ed25519"
@@ -26,6 +28,8 @@ SCENARIOS = {"node01": ("lab", 2), "node02": ("dgx-h100", 8), "node03": ("seven-
 
 def lab_cli(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
     """`python3 -m lab ARGS` from the repository root, as a user would run it."""
+    if args[:1] in (("up",), ("build",), ("demo",)):
+        starting("the lab", "lab")
     proc = subprocess.run([sys.executable, "-m", "lab", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:

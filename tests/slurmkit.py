@@ -137,7 +137,9 @@ def running(directory: Path, others: tuple[str, ...] = ()) -> Iterator[SlurmClus
     """A test module's Slurm: started, then stopped however the module ends. Without root or the daemons it is
     a skip on a developer's machine and a failure under CI (labkit.lab_unavailable)."""
     from labkit import lab_unavailable
+    from support import starting
 
+    starting("a real Slurm", "slurm")
     if missing() or os.geteuid() != 0:
         lab_unavailable("a real Slurm needs root and Debian's slurmctld, slurmd and munge (tests/apt-packages.txt): "
                         "missing " + (", ".join(missing()) or "root"))

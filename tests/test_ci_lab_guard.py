@@ -113,6 +113,70 @@ def test_under_ci_deselecting_collected_lab_tests_fails_the_run(project: Path) -
     assert pytest_run(project, None, "-m", "not lab", "test_lab_runs.py", "test_plain.py").returncode == 0
 
 
+def test_under_ci_the_guard_holds_with_the_tests_spread_over_xdist_workers(project: Path) -> None:
+    """`make test` runs the suite on pytest-xdist workers, which collect, deselect and skip: the controller still
+    fails the run, naming each lab test that did not run, once."""
+    xdist = ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
+    done = pytest_run(project, "true", *xdist, "test_lab_skips.py", "test_plain.py")
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, outcome(done)
+    assert done.stdout.count("test_lab_skips.py::test_skips: skipped: no lab on this machine") == 1, outcome(done)
+    done = pytest_run(project, "true", *xdist, "-m", "not lab", "test_lab_runs.py", "test_plain.py")
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, outcome(done)
+    assert done.stdout.count("test_lab_runs.py::test_runs: deselected") == 1, outcome(done)
+    done = pytest_run(project, "true", *xdist, "test_lab_runs.py", "test_plain.py")
+    assert done.returncode == pytest.ExitCode.OK and "did not run" not in done.stdout, outcome(done)
+
+
+RECORD = """
+import os
+import pytest
+
+def record(name):
+    with open(os.environ["GROUPING_LOG"], "a") as log:
+        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {name}\\n")
+
+@pytest.fixture
+def lab2():  # one of the fixtures that mark a test `lab` by its use (conftest.DAEMON_FIXTURES)
+    return "up"
+
+{tests}
+"""
+
+
+def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_file_at_a_time(tmp_path: Path) -> None:
+    """`make test`'s scheduling: every lab test (marked, or using a lab fixture) on one worker, in collection order,
+    before that worker takes anything else; the other files each whole on a worker. A pytest or xdist that ignored
+    the groups (pytest 9.2 with xdist 3.8 does, silently) would put two lab tests on two workers at once."""
+    lab_a = "\n".join(f"@pytest.mark.lab\ndef test_a{i}():\n    record('lab_a{i}')\n" for i in range(3))
+    lab_b = "\n".join(f"def test_b{i}(lab2):\n    record('lab_b{i}')\n" for i in range(3))
+    plain = "\n".join(f"def test_p{i}():\n    record('plain{i}')\n" for i in range(6))
+    other = "\n".join(f"def test_q{i}():\n    record('other{i}')\n" for i in range(6))
+    (tmp_path / "test_1_plain.py").write_text(RECORD.replace("{tests}", plain))
+    (tmp_path / "test_2_lab.py").write_text(RECORD.replace("{tests}", lab_a))
+    (tmp_path / "test_3_uses_the_lab.py").write_text(RECORD.replace("{tests}", lab_b))
+    (tmp_path / "test_4_plain.py").write_text(RECORD.replace("{tests}", other))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
+    log = tmp_path / "grouping.log"
+    os.environ["GROUPING_LOG"] = str(log)
+    try:
+        done = pytest_run(tmp_path, None, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
+    finally:
+        del os.environ["GROUPING_LOG"]
+    assert done.returncode == 0, outcome(done)
+    ran = [line.split() for line in log.read_text().splitlines()]
+    by_worker: dict[str, list[str]] = {}
+    for worker, name in ran:
+        by_worker.setdefault(worker, []).append(name)
+    lab = [name for name in (n for _, n in ran) if name.startswith("lab_")]
+    assert len(lab) == 6, ran
+    holder = next(w for w, names in by_worker.items() if names[0].startswith("lab_"))
+    assert by_worker[holder][:6] == ["lab_a0", "lab_a1", "lab_a2", "lab_b0", "lab_b1", "lab_b2"], by_worker
+    elsewhere = next(w for w in by_worker if w != holder)
+    for prefix in ("plain", "other"):  # a file whole on one worker
+        assert len({w for w, names in by_worker.items() for n in names if n.startswith(prefix)}) == 1, by_worker
+    assert by_worker[elsewhere], by_worker  # the other worker did not wait for the lab chain
+
+
 def test_under_ci_a_run_that_collects_no_lab_test_is_not_concerned(project: Path) -> None:
     done = pytest_run(project, "true", "-m", "not lab", "test_plain.py")  # like `pytest tests/node` in CI
     assert done.returncode == pytest.ExitCode.OK, outcome(done)

@@ -3,8 +3,6 @@ facts as the collectors leave them, and the shapes node.yaml's `pins:` may take.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpucheck import config
@@ -218,8 +216,6 @@ def laughs(levels: int = 10) -> str:
     ("profile: auto\n" + "# padding\n" * 120_000, "is larger than 1 MiB"),
 ])
 def test_node_yaml_is_read_with_the_guarded_loader(tmp_path, text, message):
-    began = time.monotonic()
-    with pytest.raises(config.ConfigError) as refused:
+    with pytest.raises(config.ConfigError) as refused:  # refused as it reads: unguarded, the laughs never end
         load(tmp_path, text)
-    assert time.monotonic() - began < 5
     assert str(refused.value) == f"{tmp_path / 'node.yaml'} {message}"

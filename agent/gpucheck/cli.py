@@ -83,7 +83,8 @@ def add_parsers(sub: Any) -> None:
                       "chosen from the GPUs NVML reports)")
     node.add_argument("--full", action="store_true", help=f"also run the active checks: {active_checks()}. "
                       f"Minutes (the burn alone --burn-seconds, default {DEFAULT_BURN_S:g} s, after the other "
-                      "burn-in tests), and they load the GPUs and HCAs")
+                      "burn-in tests), and they load the GPUs and HCAs; also keeps `horovodrun --check-build`'s "
+                      "listing as evidence")
     node.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks: ids, "
                       "prefixes (gpu, ib) or globs (gpu.ecc*)")
     node.add_argument("--skip", nargs="+", default=[], metavar="ID", help="leave these checks out")

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from support import starting
+
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = Path("/usr/sbin/sshd")
 
@@ -152,6 +154,7 @@ def kill_strays(sshd: LoopbackSshd) -> None:
 def running_sshd(directory: Path, ports: int) -> Iterator[LoopbackSshd]:
     """A LoopbackSshd for a test module (the `sshd` fixtures), stopped afterwards with the fake agents it
     left hanging."""
+    starting("a real sshd", "sshd")
     server = LoopbackSshd(directory, ports=ports)
     try:
         yield server

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from cluster_helpers import ROOT, LoopbackSshd, alive, load_report, node_report, write_inventory
 
 from gpucheck.model import Result, Status
+from support import default_sigint, wait_for
 
 
 def burn_report(host: str) -> dict:
@@ -51,14 +51,15 @@ exec sleep 600
     proc = subprocess.Popen([sys.executable, "-m", "gpucheck", "cluster", "-i", str(inventory), "--remote-command",
                              str(sshd.agent), "--report", str(report), "--stages", "consistency",
                              "--burn-minutes", "10", "--no-history"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=default_sigint)
     said = []
     assert proc.stdout is not None
     for line in proc.stdout:
         said.append(line)
         if line.startswith("burn: round 2 of 2"):
             break
-    time.sleep(1.0)  # the second round's burn has started on the node
+    wait_for(sshd.hung_pids, 60, "the second round's burn running on the node")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, (out, err)
@@ -71,5 +72,4 @@ exec sleep 600
     assert doc["burn"]["nodes"]["node01"]["rack"] == "A"
     gpus = next(r for r in doc["cluster"] if r["check"] == "cluster.burn.gpus")
     assert gpus["status"] == "pass" and "1 of 2 round(s) of 300 s done), interrupted" in gpus["reason"]
-    time.sleep(0.5)
-    assert sshd.hung_pids() and not [p for p in sshd.hung_pids() if alive(p)], "the node's burn still runs"
+    wait_for(lambda: not [p for p in sshd.hung_pids() if alive(p)], 30, "the node's burn ended")

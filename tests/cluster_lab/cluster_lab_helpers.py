@@ -24,6 +24,7 @@ from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.cluster.ssh.result import Remote
 from gpucheck.model import Status
+from support import starting
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -245,6 +246,8 @@ class LabState:
 
 def lab(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
     """`python3 -m lab ARGS` from the repository root."""
+    if args[:1] in (("up",), ("build",), ("demo",)):
+        starting("the lab", "lab")
     done = subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     if check and done.returncode != 0:

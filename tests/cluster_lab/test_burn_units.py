@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import shlex
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -178,11 +179,15 @@ def test_ctrl_c_in_a_round_ends_every_burn_and_keeps_the_finished_rounds() -> No
 
     fake.start = interrupting  # type: ignore[method-assign]
     burn.ROUND_S, saved = 1.0, burn.ROUND_S
+    # Ctrl-C as a terminal gives it, whatever this run inherited: a suite started in the background of a
+    # non-interactive shell ignores SIGINT, and interrupt_main() then does nothing.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             burn.burn_stage(ctx, fake)
     finally:
         burn.ROUND_S = saved
+        signal.signal(signal.SIGINT, handler)
     assert ctx.burn["interrupted"] and ctx.burn["rounds_done"] == 1
     assert [b.killed for b in started] == [False, False, True, True]  # round 2's burns were ended, on both nodes
     gpus = next(r for r in ctx.results if r.check == burn_verdict.GPUS)

@@ -434,14 +434,15 @@ def test_a_hung_stack_python_is_run_once_per_run(sleeper, tmp_path):
 
 
 def test_a_probe_that_never_starts_marks_its_python_and_horovodrun_is_not_run(sleeper, tmp_path):
-    """horovodrun --check-build is a script of the same python: after the probe found it silent, it is not run."""
+    """horovodrun --check-build is a script of the same python: after the probe found it silent, it is not run,
+    even in the deep run (--full) that asks for it."""
     python, pidfile = sleeper(tmp_path / "stack" / "bin" / "python")
     horovodrun = python.parent / "horovodrun"
     horovodrun.write_text(f"#!{python}\n")
     horovodrun.chmod(0o755)
     env = dict(os.environ, GPUCHECK_CONFIG=str(node_yaml(tmp_path, python, ["tensorflow", "horovod"])))
     began = time.monotonic()
-    done = run_gpucheck(["node", "--profile", "generic", "--only", "frameworks", "--format", "json",
+    done = run_gpucheck(["node", "--profile", "generic", "--only", "frameworks", "--full", "--format", "json",
                          "--timeout", "4"], env, timeout=60)
     elapsed = time.monotonic() - began
     checks = by_check(report_of(done))

@@ -198,13 +198,14 @@ def test_state_round_trips(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ golden image key
-def test_golden_key_follows_the_playbook_tree_but_not_docs_or_generated_inventory(tmp_path: Path) -> None:
+def test_golden_key_follows_the_playbook_tree_but_not_docs_packaging_or_generated_inventory(tmp_path: Path) -> None:
     (tmp_path / "roles/x/tasks").mkdir(parents=True)
     (tmp_path / "roles/x/tasks/main.yml").write_text("- debug: msg=a\n")
     (tmp_path / "inventory/lab").mkdir(parents=True)
     first = images.tree_hash(tmp_path)
     (tmp_path / "README.md").write_text("docs")
     (tmp_path / "inventory/lab/hosts.yml").write_text("generated")
+    (tmp_path / "pyproject.toml").write_text("[project.optional-dependencies]\ntest = ['pytest-xdist']\n")
     assert images.tree_hash(tmp_path) == first
     (tmp_path / "roles/x/tasks/main.yml").write_text("- debug: msg=b\n")
     assert images.tree_hash(tmp_path) != first

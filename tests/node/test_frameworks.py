@@ -193,9 +193,11 @@ class FakeStack:
         return self
 
     def horovodrun(self, text: str) -> FakeStack:
+        """A horovodrun that prints `text` and leaves a file saying it ran."""
         script = self.python.parent / "horovodrun"
         (self.python.parent / "check-build.txt").write_text(text)
-        script.write_text(f"#!/bin/sh\ncat '{self.python.parent / 'check-build.txt'}'\n")
+        script.write_text(f"#!/bin/sh\ntouch '{self.python.parent / 'horovodrun-ran'}'\n"
+                          f"cat '{self.python.parent / 'check-build.txt'}'\n")
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
         return self
 
@@ -203,8 +205,8 @@ class FakeStack:
         return Stack(name, str(self.python), list(fws))
 
 
-def collect(*stacks: Stack, timeout: float = 60) -> dict:
-    return framework_probe.collect(Context(timeout=timeout, config=NodeConfig(stacks=list(stacks))))
+def collect(*stacks: Stack, timeout: float = 60, full: bool = False) -> dict:
+    return framework_probe.collect(Context(timeout=timeout, config=NodeConfig(stacks=list(stacks)), full=full))
 
 
 def facts_of(fw: dict, gpus: int = 8, cc: str = "9.0") -> dict:
@@ -218,9 +220,7 @@ def facts_of(fw: dict, gpus: int = 8, cc: str = "9.0") -> dict:
 def test_healthy_tf_horovod_stack_passes_every_check(tmp_path):
     fake = FakeStack(tmp_path / "tf").tensorflow(archs=["sm_70", "sm_80", "sm_90", "compute_90"]).horovod()
     fake.horovodrun(CHECK_BUILD.read_text())
-    started = time.monotonic()
-    fw = collect(fake.stack("tf-horovod", "tensorflow", "horovod"))
-    elapsed = time.monotonic() - started
+    fw = collect(fake.stack("tf-horovod", "tensorflow", "horovod"), full=True)
     facts = facts_of(fw)
     tf = frameworks.tensorflow(facts, GPU_PROFILE)
     assert tf.status == Status.PASS, tf
@@ -236,7 +236,17 @@ def test_healthy_tf_horovod_stack_passes_every_check(tmp_path):
     arch = frameworks.gpu_arch(facts, GPU_PROFILE)
     assert arch.status == Status.PASS, arch
     assert frameworks.torch(facts, GPU_PROFILE).status == Status.SKIP
-    assert elapsed < 10
+
+
+def test_check_build_runs_only_in_a_deep_run(tmp_path):
+    """horovodrun --check-build imports the frameworks again per question: evidence for --full, never the
+    passive run a Slurm health check makes, whose verdict is the probe's alone."""
+    fake = FakeStack(tmp_path / "tf").tensorflow().horovod().horovodrun(CHECK_BUILD.read_text())
+    facts = facts_of(collect(fake.stack("tf-horovod", "tensorflow", "horovod")))
+    assert "check_build" not in facts["frameworks"]["stacks"][0]
+    assert not (fake.python.parent / "horovodrun-ran").exists()
+    hvd = frameworks.horovod(facts, GPU_PROFILE)
+    assert hvd.status == Status.PASS and "Available Tensor Operations" not in hvd.evidence, hvd
 
 
 def test_summary_lists_versions_per_stack(tmp_path):
@@ -324,7 +334,7 @@ def test_horovod_init_hang_is_a_harness_error_after_the_timeout(tmp_path):
 def test_check_build_claims_are_noted_but_not_trusted(tmp_path):
     # horovodrun lists MPI as built; Horovod itself says it is not: the verdict follows Horovod.
     fake = FakeStack(tmp_path / "tf").tensorflow().horovod(mpi=False).horovodrun(CHECK_BUILD.read_text())
-    result = frameworks.horovod(facts_of(collect(fake.stack("tf", "tensorflow", "horovod"))), CPU_PROFILE)
+    result = frameworks.horovod(facts_of(collect(fake.stack("tf", "tensorflow", "horovod"), full=True)), CPU_PROFILE)
     assert result.status == Status.FAIL
     assert "built without MPI controller (mpi_built() is False)" in result.reason
     assert "horovodrun --check-build lists mpi but horovod.tensorflow says mpi_built() is False" in result.reason

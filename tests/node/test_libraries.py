@@ -116,9 +116,7 @@ def debian_openmpi_version() -> str:
 def test_wheels_and_debian_openmpi_report_their_real_versions(cuda_wheels_venv):
     wheels = wheel_versions(cuda_wheels_venv)
     stack = Stack("cuda12", str(cuda_wheels_venv), ["torch"])
-    started = time.monotonic()
     facts = libraries.collect(ctx_for(stack))
-    elapsed = time.monotonic() - started
     expected = {
         "cudart": ".".join(wheels[DISTS["cudart"]].split(".")[:2]),  # 12.4.127 -> 12.4
         "cudnn": ".".join(wheels[DISTS["cudnn"]].split(".")[:3]),  # 9.6.0.74 -> 9.6.0
@@ -135,7 +133,6 @@ def test_wheels_and_debian_openmpi_report_their_real_versions(cuda_wheels_venv):
     assert mpi.status == Status.PASS, mpi
     assert mpi.measured["cuda12"]["version"] == debian_openmpi_version()
     assert "Open MPI " + debian_openmpi_version() in mpi.reason
-    assert elapsed < 10, f"library probes took {elapsed:.1f} s"
     summary = libraries.summary(facts)
     assert summary["nccl"] == {"cuda12": expected["nccl"]}
     assert summary["mpi"] == {"cuda12": f"Open MPI {debian_openmpi_version()}"}

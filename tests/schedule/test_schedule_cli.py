@@ -45,7 +45,7 @@ sys.exit(code)
 
 
 @pytest.fixture
-def slurm(tmp_path: Path):
+def fake_slurm(tmp_path: Path):
     """The stand-in Slurm: run(*args, env=...) runs `gpucheck schedule`; .state() reads the queue and the calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -75,10 +75,10 @@ def option(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
-def test_each_node_gets_one_job_per_kind_the_whole_node_requeued_in_the_checks_partition(slurm) -> None:
-    done = slurm.run()
+def test_each_node_gets_one_job_per_kind_the_whole_node_requeued_in_the_checks_partition(fake_slurm) -> None:
+    done = fake_slurm.run()
     assert done.returncode == 0, done.stderr
-    queue = slurm.state()["queue"]
+    queue = fake_slurm.state()["queue"]
     assert [j["name"] for j in queue] == ["gpucheck-daily-node01", "gpucheck-weekly-node01",
                                           "gpucheck-daily-node02", "gpucheck-weekly-node02"]
     for job in queue:
@@ -94,35 +94,35 @@ def test_each_node_gets_one_job_per_kind_the_whole_node_requeued_in_the_checks_p
     assert done.stdout.splitlines()[0].startswith("gpucheck-daily-node01: job 100 queued: --full --skip gpu.burn")
 
 
-def test_a_second_run_queues_nothing_more_and_dry_run_and_off_change_what_they_say(slurm) -> None:
-    slurm.run("--nodes", "node01", "--weekly", "0")
-    again = slurm.run("--nodes", "node01,node02", "--weekly", "0", "--dry-run")
+def test_a_second_run_queues_nothing_more_and_dry_run_and_off_change_what_they_say(fake_slurm) -> None:
+    fake_slurm.run("--nodes", "node01", "--weekly", "0")
+    again = fake_slurm.run("--nodes", "node01,node02", "--weekly", "0", "--dry-run")
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines() == [
         "gpucheck-daily-node01: job 100 already queued (PENDING, begins now)",
         "gpucheck-daily-node02: would queue: --full --skip gpu.burn gpu.dcgm, every 86400 s"]
-    assert len(slurm.state()["queue"]) == 1
-    off = slurm.run("--off")
-    assert off.stdout == "gpucheck-daily-node01: job 100 (PENDING) cancelled\n" and slurm.state()["queue"] == []
-    assert slurm.run("--off").stdout.startswith("no scheduled check is queued in partition gpucheck")
+    assert len(fake_slurm.state()["queue"]) == 1
+    off = fake_slurm.run("--off")
+    assert off.stdout == "gpucheck-daily-node01: job 100 (PENDING) cancelled\n" and fake_slurm.state()["queue"] == []
+    assert fake_slurm.run("--off").stdout.startswith("no scheduled check is queued in partition gpucheck")
 
 
-def test_a_job_queues_its_successor_every_later_unless_one_is_queued(slurm) -> None:
-    slurm.run("--nodes", "node01", "--weekly", "0")  # job 100, the one now running
-    successor = slurm.run("--next", "daily", "--node", "node01", "--daily", "12h", SLURM_JOB_ID="100")
+def test_a_job_queues_its_successor_every_later_unless_one_is_queued(fake_slurm) -> None:
+    fake_slurm.run("--nodes", "node01", "--weekly", "0")  # job 100, the one now running
+    successor = fake_slurm.run("--next", "daily", "--node", "node01", "--daily", "12h", SLURM_JOB_ID="100")
     assert successor.returncode == 0, successor.stderr
     assert successor.stdout == "gpucheck-daily-node01: job 101 queued, to begin 43200 s from now\n"
-    assert option(slurm.state()["queue"][1]["args"], "--begin") == "now+43200"
-    twice = slurm.run("--next", "daily", "--node", "node01", "--daily", "12h", SLURM_JOB_ID="100")
-    assert "job 101 already queued" in twice.stdout and len(slurm.state()["queue"]) == 2
+    assert option(fake_slurm.state()["queue"][1]["args"], "--begin") == "now+43200"
+    twice = fake_slurm.run("--next", "daily", "--node", "node01", "--daily", "12h", SLURM_JOB_ID="100")
+    assert "job 101 already queued" in twice.stdout and len(fake_slurm.state()["queue"]) == 2
 
 
-def test_the_batch_script_runs_the_check_then_queues_the_next_with_the_same_schedule(slurm, tmp_path) -> None:
+def test_the_batch_script_runs_the_check_then_queues_the_next_with_the_same_schedule(fake_slurm, tmp_path) -> None:
     """The script as slurmd runs it (sh, the job's environment): a stand-in gpucheck records its arguments; the
     job's exit status is the check's (2: it failed, and drained the node), and the successor is queued anyway."""
-    slurm.run("--nodes", "node01", "--daily", "0", "--weekly", "14d", "--daily-args",
+    fake_slurm.run("--nodes", "node01", "--daily", "0", "--weekly", "14d", "--daily-args",
               "--only gpu.gemm --profile '/etc/gpucheck/my site.yaml'", "--gpucheck", str(tmp_path / "gc"))
-    script = slurm.state()["queue"][0]["script"]
+    script = fake_slurm.state()["queue"][0]["script"]
     log = tmp_path / "calls"
     (tmp_path / "gc").write_text(f"#!/bin/sh\nfor a in \"$@\"; do printf '%s|' \"$a\" >> {log}; done\n"
                                  f"echo >> {log}\n[ \"$1\" = node ] && exit 2\n"
@@ -132,10 +132,10 @@ def test_the_batch_script_runs_the_check_then_queues_the_next_with_the_same_sche
     batch.write_text(script.replace("mkdir -p /var/lib/gpucheck", f"mkdir -p {tmp_path}/state")
                      .replace("export PATH=", "export IGNORED_PATH="))  # the stand-in Slurm stays on PATH
     done = subprocess.run(["sh", str(batch)], capture_output=True, text=True, timeout=60,
-                          env={**slurm.env, "SLURM_JOB_ID": "100"})
+                          env={**fake_slurm.env, "SLURM_JOB_ID": "100"})
     assert done.returncode == 2, done.stderr
     assert done.stdout == "gpucheck-weekly-node01: job 101 queued, to begin 1209600 s from now\n", done.stderr
-    successor_job = slurm.state()["queue"][1]
+    successor_job = fake_slurm.state()["queue"][1]
     assert option(successor_job["args"], "--begin") == "now+1209600"
     assert successor_job["script"] == script  # the same schedule, the same check, again
     check, successor = [line.rstrip("|").split("|") for line in log.read_text().splitlines()]
@@ -157,15 +157,15 @@ def test_the_batch_script_runs_the_check_then_queues_the_next_with_the_same_sche
     (["--daily", "0", "--weekly", "0"], "every kind of check is off"),
     (["--nodes", "gpu-[01-04]"], "is not one Slurm node name"),
 ])
-def test_bad_input_is_one_line_and_exit_3(slurm, args, says) -> None:
-    done = slurm.run(*args)
+def test_bad_input_is_one_line_and_exit_3(fake_slurm, args, says) -> None:
+    done = fake_slurm.run(*args)
     assert done.returncode == 3 and says in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    assert slurm.state()["queue"] == []
+    assert fake_slurm.state()["queue"] == []
 
 
-def test_a_slurm_that_does_not_answer_is_one_line_and_exit_3(slurm) -> None:
-    done = slurm.run(FAKE_SLURM_DOWN="1")
+def test_a_slurm_that_does_not_answer_is_one_line_and_exit_3(fake_slurm) -> None:
+    done = fake_slurm.run(FAKE_SLURM_DOWN="1")
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith("gpucheck: error: slurm: slurmctld does not answer"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

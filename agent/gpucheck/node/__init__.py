@@ -46,6 +46,7 @@ class Context:
     selected: tuple[str, ...] | None = None  # the ids of the checks this run evaluates; None: not known (all)
     burn_seconds: float = 60.0  # --burn-seconds: how long gpu.burn loads each GPU
     allow_busy: bool = False  # --allow-busy: active checks also on a GPU another program uses (busy.py)
+    full: bool = False  # --full: the deep run, which also gathers slow cross-checks kept only as evidence
 
     @property
     def call_limit(self) -> float:

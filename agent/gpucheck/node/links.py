@@ -97,10 +97,12 @@ def nvlink(f: dict[str, Any], p: Profile) -> Result:
                    "or RMA", fields=("nvlink",))
 
 
+FABRIC_MANAGER_NAMES = {"nv-fabricmanager", "nvidia-fabricmanager"}  # the daemon's process name, as /proc has it
+
+
 def find_fabric_manager() -> dict[str, Any]:
-    names = {"nv-fabricmanager", "nvidia-fabricmanager"}
     for proc in psutil.process_iter(["name", "pid"]):
-        if proc.info.get("name") in names:
+        if proc.info.get("name") in FABRIC_MANAGER_NAMES:
             return {"running": True, "pid": proc.info["pid"]}
     return {"running": False, "pid": None}
 

@@ -256,7 +256,7 @@ def judge(options: Options, config: NodeConfig) -> tuple[Report, dict[str, Any]]
     ctx = Context(timeout=options.timeout, bench_timeout=options.bench_timeout, config=config,
                   xid_lookback_s=options.xid_lookback_s, xid_since_boot=options.xid_since_boot,
                   selected=tuple(c.id for c in checks), burn_seconds=options.burn_seconds,
-                  allow_busy=options.allow_busy)
+                  allow_busy=options.allow_busy, full=options.full)
     deadline = options.deadline or default_deadline(options.timeout, options.bench_timeout, options.full)
     gather = Gatherer(ctx, deadline, began)
     profile = choose_profile(options.profile, config, gather)

@@ -1,5 +1,7 @@
 """Collect the frameworks' own answers: run probe_frameworks.py (beside this module) with each stack's
-python, and `horovodrun --check-build` as evidence."""
+python, and, in a deep run (--full), `horovodrun --check-build` as evidence. Not in every run: it starts a new
+interpreter that imports each framework again for each of its ~10 questions (13-16 CPU-s on a TensorFlow
+stack, where the probe that gives the verdict costs ~3.5), and a Slurm health check has a deadline."""
 
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ def check_build(stack: Stack, env: dict[str, str], timeout: float) -> dict[str, 
     return result
 
 
-def probe_stack(stack: Stack, timeout: float, interpreters: Interpreters | None = None) -> dict[str, Any]:
+def probe_stack(stack: Stack, timeout: float, interpreters: Interpreters | None = None,
+                with_check_build: bool = False) -> dict[str, Any]:
     interpreters = interpreters or Interpreters()
     entry: dict[str, Any] = {"name": stack.name, "python": stack.python, "frameworks": list(stack.frameworks),
                              "probe": {HOROVOD: {}}, "error": None, "harness": False}
@@ -106,7 +109,8 @@ def probe_stack(stack: Stack, timeout: float, interpreters: Interpreters | None 
         else:
             entry["error"] = f"the probe ended early{where}: {done.describe_failure()}"
             entry["harness"] = "_probe" not in entry["probe"]  # never started: the interpreter is broken
-    if HOROVOD in stack.frameworks and not interpreters.refusal(stack.python):  # horovodrun is run by that python
+    # horovodrun is run by that python: not where it refused to answer
+    if with_check_build and HOROVOD in stack.frameworks and not interpreters.refusal(stack.python):
         entry["check_build"] = check_build(stack, env, timeout)
     return entry
 
@@ -127,5 +131,5 @@ def collect(ctx: Context) -> dict[str, Any]:
     if not stacks:
         return {"configured": False, "stacks": []}
     with ThreadPoolExecutor(max_workers=min(4, len(stacks))) as pool:
-        results = list(pool.map(lambda s: probe_stack(s, ctx.timeout, ctx.interpreters), stacks))
+        results = list(pool.map(lambda s: probe_stack(s, ctx.timeout, ctx.interpreters, ctx.full), stacks))
     return {"configured": True, "stacks": results}

@@ -2,7 +2,7 @@
 
 The verdict comes from the frameworks themselves (`tf.test.is_built_with_cuda()`, `hvd.nccl_built()`,
 `torch.cuda.device_count()`, ...), asked by probe_frameworks.py, which framework_probe.py runs with
-each stack's python. `horovodrun --check-build` is kept as evidence only: it has been seen listing
+each stack's python. `horovodrun --check-build` (deep runs only) is kept as evidence: it has been seen listing
 PyTorch as built in a virtualenv without torch.
 """
 
