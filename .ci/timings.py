@@ -30,6 +30,8 @@ def cases(path: str) -> list[Case]:
     found = []
     for case in ET.parse(path).getroot().iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
+        if name.rfind("@") > name.rfind("]"):  # pytest-xdist's loadgroup appends `@group` to the id
+            name = name[:name.rfind("@")]
         # JUnit writes tests.cluster.test_x (and tests.cluster.test_x.TestClass) for tests/cluster/test_x.py
         parts = classname.split(".")
         cut = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts))

@@ -138,6 +138,11 @@ def fake_bin(tmp_path: Path):
     return FakeBin()
 
 
+def plain_nodeid(nodeid: str) -> str:
+    """A test's id without the `@group` pytest-xdist's loadgroup appends (after any parameters' `]`)."""
+    return nodeid[:nodeid.rfind("@")] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
 class LabEvidence:
     """The lab tests are the end-to-end evidence, so under CI a run that collected any test marked `lab` and then
     skipped (xfail included) or deselected one of them fails at the end, whatever else passed, and says which
@@ -159,12 +164,12 @@ class LabEvidence:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         for item in items:
             if item.get_closest_marker("lab"):
-                self.not_run[item.nodeid] = "deselected"
+                self.not_run[plain_nodeid(item.nodeid)] = "deselected"
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.skipped and (report.nodeid in self.lab or "lab" in report.keywords):
             why = report.longrepr[2] if isinstance(report.longrepr, tuple) else f"xfail {report.wasxfail}"
-            self.not_run.setdefault(report.nodeid, f"skipped: {why.removeprefix('Skipped: ')}")
+            self.not_run.setdefault(plain_nodeid(report.nodeid), f"skipped: {why.removeprefix('Skipped: ')}")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         workeroutput = getattr(session.config, "workeroutput", None)
