@@ -6,7 +6,7 @@ STAMP   = $(VENV)/.installed
 
 # Test workers (pytest-xdist): the tests mostly wait on processes, hosts, apt, Ansible and Slurm, so more workers
 # than cores still overlap. The lab tests are one group on one worker (the machine holds one lab), started first;
-# the other workers take the rest a file at a time (tests/conftest.py: schedule).
+# the other workers take the rest a file at a time (tests/conftest.py: group, lab_first; docs/testing.md).
 JOBS   ?= 3
 XDIST   = -n $(JOBS) --dist loadgroup --no-loadscope-reorder
 # What `make check` leaves out: the tests marked (or given, by the fixture they use) lab, sshd or slurm.

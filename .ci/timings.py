@@ -24,6 +24,7 @@ class Case:
     nodeid: str
     seconds: float
     outcome: str  # passed, failed, error, skipped
+    cpu_s: float | None = None  # the cpu_s property tests/conftest.py records: this process and its waited children
 
 
 def cases(path: str) -> list[Case]:
@@ -37,7 +38,9 @@ def cases(path: str) -> list[Case]:
         cut = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts))
         nodeid = "::".join(["/".join(parts[:cut]) + ".py", *parts[cut:], name]) if classname else name
         outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
-        found.append(Case(nodeid, float(case.get("time") or 0), outcome))
+        cpu = next((float(prop.get("value") or 0) for prop in case.iter("property") if prop.get("name") == "cpu_s"),
+                   None)
+        found.append(Case(nodeid, float(case.get("time") or 0), outcome, cpu))
     return found
 
 
@@ -51,13 +54,16 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
-def by_directory(found: list[Case]) -> list[tuple[str, int, float]]:
+def by_directory(found: list[Case]) -> list[tuple[str, int, float, float]]:
+    """(directory, tests, test seconds, CPU seconds), the longest first."""
     count: dict[str, int] = defaultdict(int)
     total: dict[str, float] = defaultdict(float)
+    cpu: dict[str, float] = defaultdict(float)
     for case in found:
         count[directory_of(case.nodeid)] += 1
         total[directory_of(case.nodeid)] += case.seconds
-    return sorted(((d, count[d], total[d]) for d in total), key=lambda row: -row[2])
+        cpu[directory_of(case.nodeid)] += case.cpu_s or 0
+    return sorted(((d, count[d], total[d], cpu[d]) for d in total), key=lambda row: -row[2])
 
 
 def report(found: list[Case], wall: float | None, limit: float, slowest: int, markdown: bool) -> str:
@@ -68,14 +74,22 @@ def report(found: list[Case], wall: float | None, limit: float, slowest: int, ma
         lines.append(f"CI: the suite took {minutes(wall)} of its {minutes(limit)} limit ({share:.0f} %; "
                      f"{verdict} of {minutes(BUDGET_S)})")
     rows = by_directory(found)
-    worker = sum(row[2] for row in rows)
+    worker = sum(row[2] for row in rows) or 1e-9
+    with_cpu = any(case.cpu_s is not None for case in found)
+    cpu_total = sum(row[3] for row in rows)
     lines.append(f"{len(found)} tests, {minutes(worker)} of test time"
-                 + (f" ({worker / wall:.1f}x the wall time: workers side by side)" if wall else ""))
+                 + (f" ({worker / wall:.1f}x the wall time: workers side by side)" if wall else "")
+                 + (f", {minutes(cpu_total)} of CPU" if with_cpu else ""))
+
+    def cpu(seconds: float) -> str:
+        return minutes(seconds) if with_cpu else "-"
+
     if markdown:
-        lines += ["", "| directory | tests | time (min:s) | share |", "|---|---:|---:|---:|"]
-        lines += [f"| `{d}` | {n} | {minutes(t)} | {100 * t / worker:.0f} % |" for d, n, t in rows]
+        lines += ["", "| directory | tests | time (min:s) | share | CPU (min:s) |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| `{d}` | {n} | {minutes(t)} | {100 * t / worker:.0f} % | {cpu(c)} |" for d, n, t, c in rows]
     else:
-        lines += [f"  {d:<24} {n:>5} tests  {minutes(t):>7}  {100 * t / worker:3.0f} %" for d, n, t in rows]
+        lines += [f"  {d:<24} {n:>5} tests  {minutes(t):>7}  {100 * t / worker:3.0f} %  CPU {cpu(c):>7}"
+                  for d, n, t, c in rows]
     lines.append(f"the {slowest} slowest tests (setup, call and teardown):")
     for case in sorted(found, key=lambda c: -c.seconds)[:slowest]:
         lines.append(f"  {case.seconds:7.1f} s  {case.nodeid}" + ("" if case.outcome == "passed" else

@@ -6,6 +6,7 @@ Under CI (the CI variable true) a run that collected lab tests must run them all
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import stat
 import subprocess
@@ -78,6 +79,29 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     group(item)
 
 
+CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of the children it has waited for (subprocess.run's, and theirs)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[CPU_AT_SETUP] = cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each test's CPU seconds (setup, call and teardown; what the lab's hosts and other daemons spend is not
+    ours to count) as a JUnit property: .ci/timings.py adds them up per directory, where the CPUs are the limit."""
+    if call.when == "teardown" and CPU_AT_SETUP in item.stash:
+        item.user_properties.append(("cpu_s", round(cpu_seconds() - item.stash[CPU_AT_SETUP], 2)))
+    yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """TMPDIR (and tempfile's default here) is a directory of this run's own, under pytest's base directory: what
@@ -148,8 +172,8 @@ class LabEvidence:
     skipped (xfail included) or deselected one of them fails at the end, whatever else passed, and says which
     and why. A run that collected none (`pytest tests/node`) is not concerned.
 
-    Under pytest-xdist the workers collect, deselect and run: each hands what it saw to the controller
-    (`workeroutput`, read in pytest_testnodedown), which decides the run's exit status."""
+    Under pytest-xdist the workers collect, deselect and run: each hands what it saw (a controller collects
+    nothing) to the controller (`workeroutput`, read in pytest_testnodedown), which decides the run's exit status."""
 
     KEY = "gpucheck_lab_not_run"
 
@@ -159,7 +183,7 @@ class LabEvidence:
 
     @pytest.hookimpl(tryfirst=True)  # every item, with every mark, before -m deselects any
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.lab |= {item.nodeid for item in items if item.get_closest_marker("lab")}
+        self.lab |= {plain_nodeid(item.nodeid) for item in items if item.get_closest_marker("lab")}
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -167,7 +191,8 @@ class LabEvidence:
                 self.not_run[plain_nodeid(item.nodeid)] = "deselected"
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.skipped and (report.nodeid in self.lab or "lab" in report.keywords):
+        # by the marks seen at collection: a report's keywords also hold its folders' names (tests/lab/...)
+        if report.skipped and plain_nodeid(report.nodeid) in self.lab:
             why = report.longrepr[2] if isinstance(report.longrepr, tuple) else f"xfail {report.wasxfail}"
             self.not_run.setdefault(plain_nodeid(report.nodeid), f"skipped: {why.removeprefix('Skipped: ')}")
 

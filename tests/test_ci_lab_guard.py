@@ -67,6 +67,10 @@ FILES = {
 def project(tmp_path: Path) -> Path:
     for name, text in FILES.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
+    # a test that is not a lab test in a folder named lab (as tests/lab/'s units): its skip is no lab test's
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "test_in_a_lab_folder.py").write_text(
+        "import pytest\n\n@pytest.mark.xfail(reason='known', strict=True)\ndef test_known():\n    assert False\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
     return tmp_path
 
@@ -102,8 +106,9 @@ def test_without_ci_the_same_run_passes(project: Path, ci_value: str | None) -> 
 
 
 def test_under_ci_lab_tests_that_all_run_pass_and_other_skips_are_fine(project: Path) -> None:
-    done = pytest_run(project, "true", "test_lab_runs.py", "test_plain.py")
-    assert done.returncode == pytest.ExitCode.OK, outcome(done)
+    for xdist in ((), ("-n", "2", "--dist", "loadgroup")):
+        done = pytest_run(project, "true", *xdist, "test_lab_runs.py", "test_plain.py", "lab/test_in_a_lab_folder.py")
+        assert done.returncode == pytest.ExitCode.OK and "1 xfailed" in done.stdout, outcome(done)
 
 
 def test_under_ci_deselecting_collected_lab_tests_fails_the_run(project: Path) -> None:

@@ -3,6 +3,8 @@ directory and the slowest tests, read from pytest's own JUnit XML of a small run
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -41,16 +43,50 @@ def test_markdown_table_and_an_unreadable_report(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     junit.write_text(textwrap.dedent("""\
         <testsuites><testsuite>
-          <testcase classname="tests.cluster_lab.test_x" name="test_a@lab" time="600.5"/>
+          <testcase classname="tests.cluster_lab.test_x" name="test_a@lab" time="600.5">
+            <properties><property name="cpu_s" value="30.25"/></properties></testcase>
           <testcase classname="tests.node.test_y" name="test_b[a@b]" time="30"/>
         </testsuite></testsuites>"""))
     done = subprocess.run([sys.executable, str(TIMINGS), str(junit), "--markdown"], capture_output=True, text=True,
                           timeout=60)
-    assert "| `tests/cluster_lab` | 1 | 10:00 | 95 % |" in done.stdout, done.stdout
-    assert "| `tests/node` | 1 | 0:30 | 5 % |" in done.stdout, done.stdout
+    assert "| `tests/cluster_lab` | 1 | 10:00 | 95 % | 0:30 |" in done.stdout, done.stdout
+    assert "| `tests/node` | 1 | 0:30 | 5 % | 0:00 |" in done.stdout, done.stdout
+    assert "2 tests, 10:30 of test time, 0:30 of CPU" in done.stdout, done.stdout
     assert "  600.5 s  tests/cluster_lab/test_x.py::test_a\n" in done.stdout  # without xdist's @group
     assert "tests/node/test_y.py::test_b[a@b]" in done.stdout
     broken = subprocess.run([sys.executable, str(TIMINGS), str(tmp_path / "none.xml")], capture_output=True,
                             text=True, timeout=60)
     assert broken.returncode == 3 and broken.stderr.startswith("timings: cannot read"), broken.stderr
     assert len(broken.stderr.strip().splitlines()) == 1
+
+
+def test_this_suites_conftest_records_each_tests_cpu_with_its_children(tmp_path: Path) -> None:
+    """tests/conftest.py puts each test's CPU seconds (its children's included) in the JUnit report."""
+    (tmp_path / "test_cpu.py").write_text(textwrap.dedent("""\
+        import subprocess, sys
+
+        def test_busy_child():
+            subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+
+        def test_idle():
+            pass
+    """))
+    junit = tmp_path / "junit.xml"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "agent")])}
+    env.pop("CI", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q",
+                           "-c", "/dev/null", "--rootdir", str(tmp_path), f"--junitxml={junit}", "test_cpu.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    cpu = {case.nodeid.split("::")[-1]: case.cpu_s for case in load_cases(junit)}
+    assert cpu["test_busy_child"] is not None and cpu["test_idle"] is not None, cpu
+    assert cpu["test_busy_child"] > 0.1 > cpu["test_idle"], cpu
+
+
+def load_cases(junit: Path):
+    """.ci/timings.py's reading of a report (it is a script, not a package: loaded by its path)."""
+    spec = importlib.util.spec_from_file_location("ci_timings", TIMINGS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module.cases(str(junit))

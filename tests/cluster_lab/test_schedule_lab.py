@@ -27,6 +27,7 @@ from test_slurm_lab import health_check, node
 
 from gpucheck.history.records import utc
 from gpucheck.history.store import Store
+from support import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -54,16 +55,9 @@ def jobs(env: dict[str, str]) -> list[dict[str, str]]:
     return [dict(zip(FIELDS, line.split("|"), strict=True)) for line in out.splitlines()]
 
 
-def wait_for(what: str, probe, timeout: float = 180.0):
-    """probe() until it returns something true; that value. Polls Slurm as an admin would, every second."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(1.0)
+def polled(what: str, probe, timeout: float = 180.0):
+    """support.wait_for, polling Slurm as an admin would: every second."""
+    return wait_for(probe, timeout, what, every=1.0)
 
 
 READ_KEPT = base64.b64encode(b"""import glob, json
@@ -120,7 +114,7 @@ def test_the_daily_checks_run_on_idle_nodes_and_queue_their_successors_a_day_lat
         fresh = [j for j in now if j["job"] not in first.values() and j["reason"] == "BeginTime"]
         return now if len(fresh) == 2 and len(now) == 2 else None
 
-    queue = wait_for("each node's check ran and queued the next one, to begin a day later", successors)
+    queue = polled("each node's check ran and queued the next one, to begin a day later", successors)
     tomorrow = time.time() + 86400
     for job in queue:
         assert job["state"] == "PENDING" and job["reason"] == "BeginTime", queue
@@ -161,7 +155,7 @@ def preempted(env: dict[str, str]) -> None:
                     "--weekly-args", "--only gpu.temperature --timeout 600")
     assert done.returncode == 0, done.stderr
     [burn] = jobs(env)
-    wait_for("the burn-in running", lambda: [j for j in jobs(env) if j["state"] == "RUNNING"])
+    polled("the burn-in running", lambda: [j for j in jobs(env) if j["state"] == "RUNNING"])
     time.sleep(5)  # into the check
     user = slurm_cmd(env, "sbatch", "--parsable", "-p", "gpu", "-w", "node01", "--exclusive", "-J", "user-job",
                      "-o", "/dev/null", "--wrap", "sleep 2").strip()
@@ -170,10 +164,10 @@ def preempted(env: dict[str, str]) -> None:
         out = slurm_cmd(env, "squeue", "-h", "-j", user, "-o", "%T")
         return out.strip() == "" or None
 
-    wait_for("the user job preempted the burn-in and ran", user_job_done, timeout=240)
+    polled("the user job preempted the burn-in and ran", user_job_done, timeout=240)
     requeued = slurm_cmd(env, "scontrol", "show", "job", burn["job"])
     assert re.search(r"\bRestarts=[1-9]", requeued), requeued  # requeued by Slurm, to run again when idle
-    report = wait_for("node01's kept report of the preempted run", lambda: next(
+    report = polled("node01's kept report of the preempted run", lambda: next(
         (r for r in kept("node01") if ((r.get("facts") or {}).get("scheduled") or {}).get("stopped")), None))
     scheduled = report["facts"]["scheduled"]
     assert scheduled["stopped"] == "preempted" and scheduled["job"] == burn["job"], scheduled
@@ -197,7 +191,7 @@ def test_a_failing_scheduled_check_drains_and_the_passive_health_check_leaves_th
         state, reason = node(env, "node02")
         return (state, reason) if "DRAIN" in state else None
 
-    state, reason = wait_for("node02 drained by its scheduled check", drained)
+    state, reason = polled("node02 drained by its scheduled check", drained)
     assert reason.startswith("gpucheck: scheduled daily: host.disk"), reason
     health = health_check("node02")
     assert health.returncode == 0, health.stderr[-2000:]

@@ -206,6 +206,9 @@ def test_golden_key_follows_the_playbook_tree_but_not_docs_packaging_or_generate
     (tmp_path / "README.md").write_text("docs")
     (tmp_path / "inventory/lab/hosts.yml").write_text("generated")
     (tmp_path / "pyproject.toml").write_text("[project.optional-dependencies]\ntest = ['pytest-xdist']\n")
+    (tmp_path / "Makefile").write_text("check:\n\tpytest\n")
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text("make test\n")
     assert images.tree_hash(tmp_path) == first
     (tmp_path / "roles/x/tasks/main.yml").write_text("- debug: msg=b\n")
     assert images.tree_hash(tmp_path) != first
