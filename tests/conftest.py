@@ -41,18 +41,17 @@ DAEMON_FIXTURES = {"lab_session": "lab", "lab2": "lab", "lab4": "lab", "sshd": "
 LAB_GROUP = "lab"  # pytest-xdist: every lab test on one worker, in order (the machine holds one lab at a time)
 
 
-def mark_daemons(items: list[pytest.Item]) -> None:
-    for item in items:
-        for fixture, mark in DAEMON_FIXTURES.items():
-            if fixture in getattr(item, "fixturenames", ()) and not item.get_closest_marker(mark):
-                item.add_marker(mark)
+def mark_daemons(item: pytest.Item) -> None:
+    for fixture, mark in DAEMON_FIXTURES.items():
+        if fixture in getattr(item, "fixturenames", ()) and not item.get_closest_marker(mark):
+            item.add_marker(mark)
 
 
 def group(item: pytest.Item) -> None:
     """Under `--dist loadgroup` (pytest-xdist), the unit a worker takes whole: the lab tests together (one worker,
     in order), every other test with its file (its module fixtures paid once). Set as the item is collected, before
-    xdist's own collection hook reads the marks (workers see `loadgroup`, not `dist`)."""
-    if getattr(item.config.option, "loadgroup", False) or getattr(item.config.option, "dist", "no") == "loadgroup":
+    xdist's own collection hook reads the marks. Only xdist's workers collect, and they see `loadgroup`, not `dist`."""
+    if getattr(item.config.option, "loadgroup", False):
         name = LAB_GROUP if item.get_closest_marker("lab") else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(name))
 
@@ -75,7 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Marks as soon as an item exists: `-m` and xdist's grouping read them in their collection hooks."""
-    mark_daemons([item])
+    mark_daemons(item)
     group(item)
 
 

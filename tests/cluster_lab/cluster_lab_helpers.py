@@ -24,7 +24,7 @@ from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.cluster.ssh.result import Remote
 from gpucheck.model import Status
-from support import starting
+from labkit import lab_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -245,14 +245,8 @@ class LabState:
 
 
 def lab(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    """`python3 -m lab ARGS` from the repository root."""
-    if args[:1] in (("up",), ("build",), ("demo",)):
-        starting("the lab", "lab")
-    done = subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-    if check and done.returncode != 0:
-        raise AssertionError(f"python3 -m lab {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
-    return done
+    """`python3 -m lab ARGS` from the repository root (labkit.lab_cli, with the cluster lab's longer timeout)."""
+    return lab_cli(*args, timeout=timeout, check=check)
 
 
 def run_cluster(args: list[str], report: Path, timeout: float = 900) -> tuple[subprocess.CompletedProcess, dict, float]:
