@@ -47,19 +47,51 @@ def mark_daemons(item: pytest.Item) -> None:
             item.add_marker(mark)
 
 
+def group_of(item: pytest.Item) -> str:
+    """The unit a worker takes whole: the lab tests together (one worker, in order), every other test with its file
+    (its module fixtures paid once)."""
+    return LAB_GROUP if item.get_closest_marker("lab") else item.nodeid.split("::", 1)[0]
+
+
 def group(item: pytest.Item) -> None:
-    """Under `--dist loadgroup` (pytest-xdist), the unit a worker takes whole: the lab tests together (one worker,
-    in order), every other test with its file (its module fixtures paid once). Set as the item is collected, before
-    xdist's own collection hook reads the marks. Only xdist's workers collect, and they see `loadgroup`, not `dist`."""
+    """Under `--dist loadgroup` (pytest-xdist), each test's group_of as its xdist group. Set as the item is
+    collected, before xdist's own collection hook reads the marks. Only xdist's workers collect, and they see
+    `loadgroup`, not `dist`."""
     if getattr(item.config.option, "loadgroup", False):
-        name = LAB_GROUP if item.get_closest_marker("lab") else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(name))
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
 
 
-def lab_first(items: list[pytest.Item]) -> None:
-    """The lab tests first, in their own order (the sort is stable): under `make test`'s `--no-loadscope-reorder`
-    one worker starts the longest chain at once while the others take the rest a file at a time."""
-    items.sort(key=lambda item: not item.get_closest_marker("lab"))
+# pytest's cache: each group's seconds (setup, call and teardown of its tests) in the last run that ran it.
+GROUP_SECONDS = "gpucheck/group_seconds"
+
+
+def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The lab tests first, in their own order, then the other groups, longest first by the last run's times (the
+    sort is stable: a first run keeps the collection order). Under `--no-loadscope-reorder` xdist hands out the
+    groups in this order: one worker starts the lab's long chain at once, and a long file never starts last and
+    leaves the other workers idle at the end. Every worker reads the same cache, so all collect the same order."""
+    cache = getattr(config, "cache", None)
+    seconds = cache.get(GROUP_SECONDS, {}) if cache is not None else {}
+    items.sort(key=lambda item: (not item.get_closest_marker("lab"), -seconds.get(group_of(item), 0.0)))
+
+
+class GroupTimes:
+    """Writes GROUP_SECONDS at the end of a run, from the reports the controller (or a serial run) receives: the
+    groups this run ran get their new time, the others keep theirs."""
+
+    def __init__(self, cache: pytest.Cache) -> None:
+        self.cache = cache
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = plain_nodeid(report.nodeid)
+        name = report.nodeid[len(nodeid) + 1:] or nodeid.split("::", 1)[0]  # xdist's `@group`, else the file
+        self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.seconds:
+            known = self.cache.get(GROUP_SECONDS, {})
+            self.cache.set(GROUP_SECONDS, {**known, **{k: round(v, 1) for k, v in self.seconds.items()}})
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected what it leaves out
@@ -69,7 +101,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if gpu_items and cuda_devices() == 0:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason="no CUDA device (CuPy sees none): a `gpu` test"))
-    lab_first(items)
+    longest_first(config, items)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -223,6 +255,9 @@ class LabEvidenceFromWorkers:
 
 def pytest_configure(config: pytest.Config) -> None:
     from labkit import ci
+
+    if getattr(config, "cache", None) is not None and not hasattr(config, "workerinput"):  # not on an xdist worker
+        config.pluginmanager.register(GroupTimes(config.cache), "gpucheck-group-times")
 
     if ci():
         evidence = LabEvidence()

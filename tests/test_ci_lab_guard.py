@@ -6,6 +6,7 @@ tests/conftest.py (`-p conftest`), with CI set or not."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -75,12 +76,14 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def pytest_run(project: Path, ci_value: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+def pytest_run(project: Path, ci_value: str | None, *args: str,
+               cache: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     if ci_value is not None:
         env["CI"] = ci_value
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT / "agent")])
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-rs",
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "cacheprovider" if cache else
+                           "no:cacheprovider", "-rs",
                            "-c", str(project / "pytest.ini"), "--rootdir", str(project), *args],
                           cwd=project, env=env, capture_output=True, text=True, timeout=120)
 
@@ -180,6 +183,33 @@ def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_f
     for prefix in ("plain", "other"):  # a file whole on one worker
         assert len({w for w, names in by_worker.items() for n in names if n.startswith(prefix)}) == 1, by_worker
     assert by_worker[elsewhere], by_worker  # the other worker did not wait for the lab chain
+
+
+def test_after_a_run_the_longest_files_go_first_and_the_lab_before_them(tmp_path: Path) -> None:
+    """A run writes each group's seconds into pytest's cache (the groups it did not run keep theirs); the next run
+    hands out the lab group first, then the other files longest first, whatever their collection order."""
+    (tmp_path / "test_1_short.py").write_text(RECORD.replace("{tests}", "def test_s():\n    record('short')\n"))
+    (tmp_path / "test_2_lab.py").write_text(RECORD.replace("{tests}", "def test_l(lab2):\n    record('lab')\n"))
+    (tmp_path / "test_3_long.py").write_text(RECORD.replace("{tests}", "def test_g():\n    record('long')\n"))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
+    times = tmp_path / ".pytest_cache" / "v" / "gpucheck" / "group_seconds"
+    log = tmp_path / "grouping.log"
+    os.environ["GROUPING_LOG"] = str(log)
+    try:
+        done = pytest_run(tmp_path, None, "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", cache=True)
+        assert done.returncode == 0, outcome(done)
+        first = [line.split()[1] for line in log.read_text().splitlines()]
+        recorded = json.loads(times.read_text())
+        times.write_text(json.dumps({"test_1_short.py": 1.0, "test_3_long.py": 40.0, "lab": 0.5, "gone.py": 7.0}))
+        log.unlink()
+        done = pytest_run(tmp_path, None, "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", cache=True)
+    finally:
+        del os.environ["GROUPING_LOG"]
+    assert done.returncode == 0, outcome(done)
+    assert first == ["lab", "short", "long"]  # no times yet: the lab first, then the collection order
+    assert set(recorded) == {"test_1_short.py", "test_3_long.py", "lab"} and min(recorded.values()) >= 0, recorded
+    assert [line.split()[1] for line in log.read_text().splitlines()] == ["lab", "long", "short"]
+    assert json.loads(times.read_text())["gone.py"] == 7.0
 
 
 def test_under_ci_a_run_that_collects_no_lab_test_is_not_concerned(project: Path) -> None:

@@ -85,3 +85,9 @@ class AnsibleRepo:
 @pytest.fixture
 def ansible_repo(tmp_path: Path) -> AnsibleRepo:
     return AnsibleRepo(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_ansible_repo(tmp_path_factory) -> AnsibleRepo:
+    """For a module fixture whose one ansible-playbook run several tests read."""
+    return AnsibleRepo(tmp_path_factory.mktemp("ansible"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_burnin_roles import flat, play, role_play, tasks_run
 
 
@@ -32,15 +33,24 @@ def test_check_mode_writes_the_cluster_from_the_inventory(ansible_repo) -> None:
     assert conf.exists() == existed  # check mode: nothing written
 
 
-def test_scheduled_checks_add_their_partition_under_every_user_partition_and_queue_nothing_in_check_mode(
-        ansible_repo) -> None:
-    """slurm_scheduled_checks: the checks' partition at the lowest tier, requeued when preempted; user partitions
-    above it and never preempted. The lab runs the real preemption (tests/cluster_lab/test_schedule_lab.py)."""
+@pytest.fixture(scope="module")
+def scheduled_elsewhere(shared_ansible_repo) -> str:
+    """One run for three settings that do not meet: scheduled checks on, the GPU device files elsewhere, and a
+    second admin host (a run of the role costs ~20 CPU-seconds)."""
     variables = hosts()
     for host in variables.values():
-        host["slurm_scheduled_checks"] = True
-    code, output = play(ansible_repo, "slurm-scheduled", role_play("slurm"), variables, "--diff")
+        host.update(slurm_scheduled_checks=True, slurm_gpu_device_prefix="/etc/fakenvml/dev/nvidia")
+    variables["n2"]["group"] = "admin"  # a second admin host is no node
+    code, output = play(shared_ansible_repo, "slurm-scheduled", role_play("slurm"), variables, "--diff")
     assert code == 0, output[-4000:]
+    return output
+
+
+def test_scheduled_checks_add_their_partition_under_every_user_partition_and_queue_nothing_in_check_mode(
+        scheduled_elsewhere) -> None:
+    """slurm_scheduled_checks: the checks' partition at the lowest tier, requeued when preempted; user partitions
+    above it and never preempted. The lab runs the real preemption (tests/cluster_lab/test_schedule_lab.py)."""
+    output = scheduled_elsewhere
     assert "PreemptType=preempt/partition_prio" in output and "PreemptMode=REQUEUE" in output
     assert "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE PriorityTier=10 PreemptMode=OFF State=UP" in output
     assert ("PartitionName=gpucheck Nodes=ALL Default=NO MaxTime=4:00:00 PriorityTier=1 PreemptMode=REQUEUE "
@@ -48,15 +58,14 @@ def test_scheduled_checks_add_their_partition_under_every_user_partition_and_que
     assert "skipping: [ctl]" in output.split("Queue the scheduled active checks", 1)[1].split("TASK", 1)[0]
 
 
-def test_the_gpu_device_files_can_be_elsewhere_and_no_gpus_is_no_gres(ansible_repo) -> None:
-    variables = hosts()
-    for host in variables.values():
-        host["slurm_gpu_device_prefix"] = "/etc/fakenvml/dev/nvidia"
-    variables["n2"]["group"] = "admin"  # a second admin host is no node
-    code, output = play(ansible_repo, "slurm-dev", role_play("slurm"), variables, "--diff")
-    assert code == 0, output[-4000:]
-    assert "Name=gpu File=/etc/fakenvml/dev/nvidia[0-7]" in output and "NodeName=n2 " not in output
-    variables = hosts()  # play() takes each host's group out of its variables
+def test_the_gpu_device_files_can_be_elsewhere_and_a_second_admin_host_is_no_node(scheduled_elsewhere) -> None:
+    output = scheduled_elsewhere
+    assert "Name=gpu File=/etc/fakenvml/dev/nvidia[0-7]" in output
+    assert "NodeName=n1 " in output and "NodeName=n2 " not in output
+
+
+def test_no_gpus_is_no_gres(ansible_repo) -> None:
+    variables = {name: spec for name, spec in hosts().items() if name != "n2"}  # a controller and one node suffice
     for host in variables.values():
         host["preflight_gpu_count"] = 0
     code, output = play(ansible_repo, "slurm-nogpu", role_play("slurm"), variables, "--diff")
