@@ -57,8 +57,9 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--map-by", "slot"]
 # Keep the frameworks quiet and single-threaded enough not to starve two ranks on two cores. Horovod negotiates
-# every 10 ms, not every 1 ms: each negotiation is an MPI collective that spins until the other rank, computing on
-# the same two cores, joins it (measured, the small ResNet on 2 ranks: 47 CPU-s at 1 ms, 33 at 10 ms, 16 for 1 rank).
+# every 50 ms, not every 1 ms: each negotiation is an MPI collective that spins until the other rank, computing on
+# the same two cores, joins it (measured, the small ResNet on 2 idle cores: 47 CPU-s at 1 ms, 33 at 10 ms, 32 at
+# 50 ms, 16 for 1 rank; beside a busy process 43 at 10 ms, 35 at 100 ms).
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "",
              "OMP_NUM_THREADS": "1", "HOROVOD_CYCLE_TIME": "50"}
 
