@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
 
 from gpucheck import main
+from support import ROOT
 
 COMMANDS = [["node"], ["parse"], ["profiles"], ["checks"], ["net"], ["net", "serve"], ["net", "send"], ["cluster"]]
 WIDTHS = [40, 60, 80, 100, 120]
@@ -81,3 +85,21 @@ def test_every_line_fits_the_terminal(columns: int, capsys: pytest.CaptureFixtur
             if len(line) > columns - 2:  # argparse's width: the terminal's less 2
                 title = line.endswith(":") and not line[:1].isspace()
                 assert title or max(map(len, line.split())) > 40, (argv, columns, line)
+
+
+@pytest.mark.parametrize(("argv", "absent"), [
+    (["node", "--help"], ["gpucheck.cluster", "gpucheck.history", "gpucheck.rma", "gpucheck.schedule"]),
+    (["history", "--help"], ["gpucheck.cli", "gpucheck.rma", "gpucheck.schedule"])])
+def test_a_command_imports_only_its_own_group_of_commands(argv: list[str], absent: list[str]) -> None:
+    """What `gpucheck node` (a Slurm health check every few minutes on every node) pays at start: the node-side
+    commands' modules, not the admin node's."""
+    code = ("import json, sys\nfrom gpucheck import main\ntry:\n    main.main(sys.argv[1:])\nexcept SystemExit:\n"
+            "    pass\nprint(json.dumps(sorted(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT / "agent"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert argv[0] in done.stdout  # the command's own help was printed
+    unwanted = [m for m in loaded if any(m == a or m.startswith(f"{a}.") for a in absent)]
+    assert not unwanted, unwanted
+
