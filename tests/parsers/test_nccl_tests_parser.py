@@ -195,6 +195,28 @@ def test_a_later_run_reporting_0_ok_does_not_hide_wrong_values() -> None:
     assert r["avg_busbw_GBps"] == 4.79995  # the worst run's average
 
 
+@pytest.mark.parametrize("name", [GCP, GH200])
+def test_without_the_hash_marks_of_older_builds_every_figure_is_still_read(name: str) -> None:
+    """Older nccl-tests printed the footers as " Out of bounds values : N OK" and " Avg bus bandwidth : X" (a space,
+    no "#"), and a log pasted into a GitHub issue loses every leading "#" (markup): the same run, read the same."""
+    marked = nccl(real(name))
+    bare = nccl("\n".join(" " + line[1:] if line.startswith("#") else line for line in real(name).splitlines()))
+    assert bare["footers"] == marked["footers"] and bare["avg_busbw_GBps"] == marked["avg_busbw_GBps"] is not None
+    assert bare["ranks"] == marked["ranks"] and bare["rows"] == marked["rows"]
+    assert (bare["nthread"], bare["ngpus"], bare["max_bytes"]) == (marked["nthread"], marked["ngpus"],
+                                                                  marked["max_bytes"])
+    assert (bare["complete"], bare["failed"], bare["out_of_bounds"]) == (marked["complete"], marked["failed"],
+                                                                        marked["out_of_bounds"])
+
+
+def test_a_rank_line_without_a_pid_as_nccl_tests_1_printed_it() -> None:
+    """nccl-tests 1.x: `#   Rank %2d on %10s device %2d [0x%02x] %s` (no group, no pid)."""
+    text = real(GCP).replace("#  Rank  0 Group  0 Pid   6899 on ztan-mig-235z device  0 [0000:04:00]",
+                             "#   Rank  0 on ztan-mig-235z device  0 [0x04]")
+    assert nccl(text)["ranks"][0] == {"rank": 0, "group": None, "pid": None, "host": "ztan-mig-235z", "device": 0,
+                                      "bus_id": "0x04", "name": "NVIDIA H100 80GB HBM3"}
+
+
 @pytest.mark.parametrize("joiner", ["\n", "", "\r\n#\n"], ids=["next-line", "same-line", "crlf-and-blank"])
 def test_the_average_after_a_failed_out_of_bounds_line_is_kept(joiner: str) -> None:
     text = real(GH200).replace("# Out of bounds values : 4 FAILED\n", "# Out of bounds values : 4 FAILED" + joiner)

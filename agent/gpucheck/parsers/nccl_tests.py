@@ -14,18 +14,20 @@ from ._common import ParseError, guard, number, strip_prefix, text_lines
 
 KIND = "nccl-tests"
 
+# Every header and footer line starts with "#" since nccl-tests 2.x; older builds (and logs pasted where a leading "#"
+# is markup) have a space there instead: each starts at a "#", or at the line's start without one.
 _VERSION = re.compile(
-    r"#\s*nccl-tests version (?P<version>\S+)(?:.*?nccl-headers=(?P<headers>\d+))?"
+    r"(?:#|^)\s*nccl-tests version (?P<version>\S+)(?:.*?nccl-headers=(?P<headers>\d+))?"
     r"(?:.*?nccl-library=(?P<library>\d+))?"
 )
-_STARTING = re.compile(r"#\s*Collective test starting:\s*(?P<name>\w+)")
+_STARTING = re.compile(r"(?:#|^)\s*Collective test starting:\s*(?P<name>\w+)")
 _PARAMS = re.compile(
-    r"#\s*nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)"
+    r"(?:#|^)\s*nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)"
     r"\s+maxBytes\s+(?P<max>\d+)"
 )
 _VALIDATION = re.compile(r"validation:\s*(?P<value>\d+)")
 _RANK = re.compile(
-    r"#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
+    r"(?:#|^)\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?(?:Pid\s+(?P<pid>\d+)\s+)?on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*)$"  # name: rstrip (`.*?\s*$` is quadratic)
 )
 # The binary name, e.g. in the command line quoted before the log.
@@ -33,9 +35,9 @@ _BINARY = re.compile(
     r"\b(?P<name>all_reduce|all_gather|alltoall|broadcast|reduce_scatter|reduce|scatter|gather"
     r"|sendrecv|hypercube)_perf\b"
 )
-_COLUMN_HEADER = re.compile(r"#\s*size\s+count\s+type\b")
-_AVG_BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
-_OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(?P<count>\d+)")
+_COLUMN_HEADER = re.compile(r"(?:#|^)\s*size\s+count\s+type\b")
+_AVG_BUSBW = re.compile(r"(?:#|^)\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
+_OUT_OF_BOUNDS = re.compile(r"(?:#|^)\s*Out of bounds values\s*:\s*(?P<count>\d+)")
 # Lines nccl-tests prints when a run goes wrong (NCCLCHECK/CUDACHECK/testStreamSynchronize).
 _TEST_FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure|Failed, (?:NCCL|CUDA) error")
 _FAILURE = re.compile(_TEST_FAILURE.pattern + r"|\bFAILED\b")
@@ -142,7 +144,7 @@ def parse(text: str) -> dict:
             result["ranks"].append({
                 "rank": int(match["rank"]),
                 "group": int(match["group"]) if match["group"] else None,
-                "pid": int(match["pid"]),
+                "pid": int(match["pid"]) if match["pid"] else None,  # nccl-tests 1.x printed none
                 "host": match["host"],
                 "device": int(match["device"]),
                 "bus_id": match["bus"],
