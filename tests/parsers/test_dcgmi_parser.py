@@ -208,3 +208,24 @@ def test_rows_without_header_or_borders_are_read() -> None:
 def test_rows_with_no_result_anywhere_are_not_dcgmi() -> None:
     with pytest.raises(ParseError, match="no dcgmi diag result table"):
         parse("dcgmi", "| name | value |\n| colour | blue |\n")
+
+
+# dcgmi/Diag.cpp (RunDiagOnce): after the Deployment section, Integration and Hardware are drawn only for GPUs that
+# ran a test and Stress only when one did: a deployment error ends the table right there, its Error rows
+# (HelperDisplayDeploymentResult's DisplayVerboseInfo) the only word on what went wrong.
+IN_USE = "GPU 0 is being used by process 4242 (python3): stop it or leave the GPU out of the diagnostic."
+ENDED_AT_DEPLOYMENT = [*HEADER, "|-----  Metadata  ----------+------------------------------------------------|",
+                       row("DCGM Version", "3.3.5"), row("GPU Device IDs Detected", "2330,2330"),
+                       "|-----  Deployment  --------+------------------------------------------------|"]
+
+
+def test_a_table_that_ends_at_a_deployment_error_fails_with_that_error() -> None:
+    r = parse("dcgmi", "\n".join([*ENDED_AT_DEPLOYMENT, *message("Error", IN_USE), *FOOTER]) + "\n")
+    assert r["tests"] == {"Deployment": "fail"} and r["failed"] is True
+    assert r["details"] == {"Deployment": [f"Error: {IN_USE}"]}
+    assert (r["version"], r["gpu_count"]) == ("3.3.5", 2)
+
+
+def test_a_table_that_ends_before_any_test_says_so() -> None:
+    with pytest.raises(ParseError, match="the diagnostic's table holds no result"):
+        parse("dcgmi", "\n".join([*ENDED_AT_DEPLOYMENT, *FOOTER]) + "\n")

@@ -34,6 +34,7 @@ _ROW = re.compile(r"^\|?(?P<name>[^|]*)\|(?P<result>[^|]*)\|?$")
 _CELL_WIDTH = 48  # between the inner "|" and the last: " " + 46 characters + " "
 _SECTION = re.compile(r"^[|+]-+ *(?P<section>[A-Za-z]\w*(?: \w+)*) *-+\+")
 _DETAIL = re.compile(r"^(?:Warning|Info|Error)\b", re.IGNORECASE)
+_DETAIL_STATUS = {"error": "fail", "warning": "warn", "info": "skip"}  # a detail row that belongs to no test
 _JSON_START = re.compile(r"^[ \t]*\{", re.MULTILINE)
 _ERROR_LINE = re.compile(r"^Error *: *(?P<message>.+)$", re.IGNORECASE)
 
@@ -175,8 +176,13 @@ def _from_table(lines: list[str]) -> dict:
             status = _STATUS.match(result)
             tests[current] = _status(status["word"]) if status else "skip"
             seen_table = seen_table or bool(status)  # a fragment: rows without the header or borders
-        elif current is None:
+        elif current is None and not (name and _DETAIL.match(name)):
             continue
+        elif current is None:  # an Error row before any test's: the diagnostic stopped there; its section fails
+            current = section or "Diagnostic"
+            tests[current] = _worst([tests.get(current, "skip"), _DETAIL_STATUS[_DETAIL.match(name)[0].lower()]])
+            message = [f"{name}: ", _chunk(raw)]
+            messages.setdefault(current, []).append(message)
         elif not name and (status := _RESULT.match(result)):  # per GPU: "Fail - GPU: 3", "GPU1: Fail"
             tests[current] = _worst([tests[current], _status(status["word"])])
             message = None
@@ -188,6 +194,8 @@ def _from_table(lines: list[str]) -> dict:
     if not tests or not seen_table:
         if errors:
             raise ParseError(f"{KIND}: dcgmi reported an error: {errors[0]}")
+        if seen_table:
+            raise ParseError(f"{KIND}: the diagnostic's table holds no result (it ended before any test)")
         raise ParseError(f"not {KIND} output: no dcgmi diag result table or JSON")
     details = {test: [" ".join("".join(pieces).split()) for pieces in texts] for test, texts in messages.items()}
     return _result("text", tests, details, metadata.get("DCGM Version"),
