@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from gpucheck import __version__
 from gpucheck.profiles import SKU_TABLE_FILE
@@ -144,3 +145,16 @@ def test_pip_install_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     report = json.loads(node.stdout)
     assert report["profile"] == "dgx-h100"
     assert report["results"] and all(r["check"].startswith("host.") for r in report["results"]), report["results"]
+
+
+def test_no_ansible_core_that_can_template_data_is_allowed() -> None:
+    """CVE-2023-5764 (data templated as code, fixed in 2.16.1) and CVE-2024-11079 (hostvars, fixed in 2.16.14,
+    2.17.7, 2.18.1); 2.17 left out whole (its end came before its last fix). `cluster` and `test` agree."""
+    extras = dict(re.findall(r'^(cluster|test) = \[.*"(ansible-core[^"]*)"', (ROOT / "pyproject.toml").read_text(),
+                             re.M))
+    assert set(extras) == {"cluster", "test"} and extras["cluster"] == extras["test"], extras
+    spec = Requirement(extras["cluster"]).specifier
+    for unsafe in ("2.16.0", "2.16.13", "2.17.7", "2.17.14", "2.18.0"):
+        assert not spec.contains(unsafe), unsafe
+    for fixed in ("2.16.14", "2.18.1", "2.19.14"):
+        assert spec.contains(fixed), fixed
