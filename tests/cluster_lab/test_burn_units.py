@@ -204,6 +204,25 @@ def test_the_stage_is_opt_in_and_a_node_whose_burn_did_not_report_is_an_error() 
     assert gpus.status == Status.ERROR and "node02" in gpus.reason and not gpus.nodes
 
 
+@pytest.mark.parametrize("answer", ["no gpu.burn", "skip"])
+def test_a_node_that_did_not_burn_did_not_pass_the_burn(answer: str) -> None:
+    """A node whose answer (exit 0, a well-formed report) holds no gpu.burn verdict, or a skipped one, is an error of
+    the stage, never a pass by omission: it did not burn."""
+    def did_not_burn(node: str, _round: int) -> dict[str, Any]:
+        report = recorded(node)
+        if answer == "skip":
+            report["results"][0].update(status="skip", reason="no CUDA device")
+        else:  # it judged something else, and passed
+            report["results"] = [{"check": "gpu.count", "status": "pass", "reason": "8 GPUs", "measured": 8}]
+        return report
+
+    ctx = burn_ctx(NODES[:3])
+    gpus = by_check(burn.burn_stage(ctx, runner(ctx, reports={"node02": did_not_burn})))[burn_verdict.GPUS]
+    assert gpus.status == Status.ERROR, gpus.reason
+    assert "node02: " in gpus.reason and "it did not burn" in gpus.reason, gpus.reason
+    assert gpus.measured["node_status"] == {"node01": "pass", "node02": "error", "node03": "pass"}
+
+
 def test_a_burn_that_cannot_be_followed_is_that_node_s_error_not_a_crash() -> None:
     ctx = burn_ctx(NODES[:2])
     fake = runner(ctx)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ...model import Result
+from ...model import Result, Status
 from ...report.cluster.burnin import finite
 from ..context import NodeOutcome
 
 BURN_CHECK = "gpu.burn"
+JUDGED = {Status.PASS.value, Status.WARN.value, Status.FAIL.value, Status.ERROR.value}  # a burn that ran
 
 
 def new_record(seconds: float, rounds: int, racks: dict[str, str | None], launcher: str) -> dict[str, Any]:
@@ -74,15 +75,26 @@ def merge_gpu(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+def round_verdict(outcome: NodeOutcome, result: dict[str, Any] | None) -> tuple[str, str]:
+    """(status, reason) of a node's round: its own gpu.burn verdict. A node that did not burn did not pass the burn:
+    an answer without a gpu.burn verdict, or with a skipped one, is an error (a failing node stays failed)."""
+    if result is None:
+        why = "its answer carries no gpu.burn verdict: it did not burn" if outcome.report else outcome.reason
+        return (Status.FAIL if outcome.status == Status.FAIL else Status.ERROR).value, why
+    status, reason = str(result.get("status") or ""), str(result.get("reason") or "")
+    if status not in JUDGED:
+        return Status.ERROR.value, f"its gpu.burn is {status or 'without a verdict'} ({reason}): it did not burn"
+    return status, reason
+
+
 def add_round(record: dict[str, Any], outcomes: dict[str, NodeOutcome]) -> None:
     """One finished round: each node's verdict on its own burn, and its GPUs' figures merged in."""
     for node, outcome in outcomes.items():
         entry = record["nodes"][node]
         result = burn_result(outcome.report)
-        entry["rounds"].append({
-            "status": (result or {}).get("status") or outcome.status.value,
-            "reason": str((result or {}).get("reason") or outcome.reason),
-            "measured": (result or {}).get("measured"), "kind": outcome.kind, "wall_s": round(outcome.wall_s, 3)})
+        status, reason = round_verdict(outcome, result)
+        entry["rounds"].append({"status": status, "reason": reason, "measured": (result or {}).get("measured"),
+                                "kind": outcome.kind, "wall_s": round(outcome.wall_s, 3)})
         for label, figures in gpu_facts(outcome.report).items():
             entry["gpus"][label] = merge_gpu(entry["gpus"].get(label), figures)
     record["rounds_done"] += 1
