@@ -75,6 +75,46 @@ def test_two_cluster_runs_node_by_node():
     assert (found["gone"].only_in, found["new"].only_in) == ("before", "after")
 
 
+def cluster_run(nodes: dict[str, dict | None], checks: dict[str, str]) -> dict:
+    """A cluster report.json's shape (cluster/handoff.py): each node's entry (a report, or the reason there is
+    none) and the cluster's own checks."""
+    entries = {n: {"host": n, "status": "pass", "reason": "", "report": r} if r is not None else
+               {"host": n, "status": "error", "reason": "unreachable: ssh: connect: no route to host"}
+               for n, r in nodes.items()}
+    return {"kind": "cluster", "nodes": entries,
+            "cluster": [{"check": c, "status": s, "reason": ""} for c, s in checks.items()]}
+
+
+def test_a_node_lost_between_two_cluster_runs_fails_the_diff(tmp_path):
+    before = cluster_run({"a": FULL, "b": FULL}, {"cluster.allreduce": "pass"})
+    after = cluster_run({"a": FULL, "b": None}, {"cluster.allreduce": "pass"})
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    (tmp_path / "after.json").write_text(json.dumps(after))
+    done = gpucheck("diff", str(tmp_path / "before.json"), str(tmp_path / "after.json"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert ("b: lost: a report in the before run, none in the after run (error: unreachable: ssh: connect: no route "
+            "to host)") in done.stdout
+    assert "cluster checks: no verdict changed" in done.stdout
+    # a node added is no loss
+    assert gpucheck("diff", str(tmp_path / "after.json"), str(tmp_path / "before.json")).returncode == 0
+
+
+def test_a_cluster_check_that_got_worse_fails_the_diff(tmp_path):
+    nodes = {"a": FULL}
+    before = cluster_run(nodes, {"cluster.allreduce": "pass", "cluster.smoke": "pass"})
+    after = cluster_run(nodes, {"cluster.allreduce": "fail", "cluster.smoke": "pass"})
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    (tmp_path / "after.json").write_text(json.dumps(after))
+    done = gpucheck("diff", "--format", "json", str(tmp_path / "before.json"), str(tmp_path / "after.json"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["cluster"] == {"verdicts": [{"check": "cluster.allreduce", "before": "pass", "after": "fail"}],
+                              "exit_code": 2}
+    assert set(doc["nodes"]) == {"a"} and doc["exit_code"] == 2
+    text = gpucheck("diff", str(tmp_path / "before.json"), str(tmp_path / "after.json")).stdout
+    assert "cluster checks:\n  verdict  cluster.allreduce: pass -> fail" in text
+
+
 def gpucheck(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpucheck", *args], capture_output=True, text=True, timeout=60,
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT / "agent"), "PATH": "/usr/bin:/bin"})

@@ -15,9 +15,10 @@ from .diff import DEFAULT_NOISE_PCT, DiffError, diff_runs, render_json, render_t
 MAX_REPORT_B = 256 * 1024 * 1024  # `gpucheck diff` reads at most this of a report: 256 nodes' report.json is ~50 MiB
 noise_pct = Bounded(float, "a percentage", 0, 1000, limits="percent, more than 0, at most 1000")
 DIFF_EPILOG = """\
-exit codes: 0 nothing got worse, 1 a check got worse to warn or a figure dropped beyond --noise, 2 a check got
-worse to fail or error, 3 could not compare (a file that is not a gpucheck report). An internal error is one line
-and exit 3; GPUCHECK_DEBUG=1 adds its traceback.
+exit codes: 0 nothing got worse, 1 a check got worse to warn or a figure dropped beyond --noise, 2 a check (a
+node's or, of two cluster reports, the cluster's own) got worse to fail or error, or a node with a report before
+has none after, 3 could not compare (a file that is not a gpucheck report). An internal error is one line and
+exit 3; GPUCHECK_DEBUG=1 adds its traceback.
 
 examples:
   gpucheck diff before.json after.json   one node before and after an upgrade (playbooks/upgrade.yml runs it)
@@ -30,7 +31,8 @@ def add_parser(sub: Any) -> None:
     diff = sub.add_parser("diff", help="what changed between two runs: versions, verdicts, figures",
                           epilog=DIFF_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                           description="Compare two runs of a node (`gpucheck node --format json` reports) or of a "
-                                      "cluster (two cluster reports' report.json, node by node): the versions "
+                                      "cluster (two cluster reports' report.json, node by node, then the cluster's "
+                                      "own checks): the versions "
                                       "that changed, the checks whose verdict moved, and the figures (TFLOP/s, "
                                       "GB/s, Gb/s, per second) that moved by more than --noise.")
     diff.add_argument("before", metavar="BEFORE", help="the earlier run's report")
