@@ -186,6 +186,23 @@ def test_no_inventory_value_reaches_a_command_line_as_an_option(tmp_path: Path, 
     assert str(caught.value).startswith(message) and "read as an option" in str(caught.value)
 
 
+def test_rack_leaf_switch_and_pdu_are_labels_taken_as_written(tmp_path: Path) -> None:
+    """They never reach a command line (stage shape, the burn's racks and the reports read them): spaces are fine, an
+    empty one is no label, a label that starts with '-' is a label; only a control character is refused."""
+    path = tmp_path / "hosts.yml"
+    hosts = {"n1": {"rack": "Rack 12 (row B)", "leaf_switch": "-leaf 3", "pdu": ""},
+             "n2": {"rack": "Rack 12 (row B)", "leaf_switch": " ", "pdu": "PDU A"}}
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}))
+    assert [h.vars for h in load([str(path)]).hosts] == [{"rack": "Rack 12 (row B)", "leaf_switch": "-leaf 3"},
+                                                         {"rack": "Rack 12 (row B)", "pdu": "PDU A"}]
+    hosts["n2"]["rack"] = "Rack 12\nnode99 drained"
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}))
+    with pytest.raises(InventoryError) as caught:
+        load([str(path)])
+    assert str(caught.value) == ("n2: rack 'Rack 12\\nnode99 drained' has a control character: a label is one line "
+                                 "of text")
+
+
 def test_a_host_named_like_an_option_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"n1": {}, "-oProxyCommand=x": {}}}}}}))

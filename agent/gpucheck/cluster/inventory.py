@@ -15,8 +15,10 @@ from ..files import kind_of
 from .ssh import args as ssh_args
 
 DEFAULT_GROUP = "gpu_nodes"  # the playbook's group of GPU nodes; `all` when an inventory has none
-# inventory vars the later cluster stages and Slurm use; rack, leaf_switch, pdu: what nodes share (stage shape)
-KEPT_VARS = ("ib_address", "slurm_node_name", "rack", "leaf_switch", "pdu")
+# inventory vars the later cluster stages and Slurm use: words a command line takes, and labels of what nodes share
+# (stage shape, the burn's racks, the reports), which never reach a command line
+WORD_VARS = ("ib_address", "slurm_node_name")
+LABEL_VARS = ("rack", "leaf_switch", "pdu")
 # Ansible's names for each connection setting, first wins (as the ssh connection plugin reads them).
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 PORT_VARS = ("ansible_port", "ansible_ssh_port")
@@ -177,6 +179,15 @@ def _one_word(host: str, variable: str, value: Any) -> str:
     return text
 
 
+def _label(host: str, variable: str, value: Any) -> str | None:
+    """An inventory label (a rack, a leaf switch, a PDU: `Rack 12 (row B)`): taken as written, spaces and all; empty
+    is no label. Only a control character, which would forge a line in drain.txt or on a terminal, is refused."""
+    text = str(value).strip()
+    if any(not c.isprintable() for c in text):
+        raise InventoryError(f"{host}: {variable} {text!r} has a control character: a label is one line of text")
+    return text or None
+
+
 def _plain(value: Any) -> Any:
     """Ansible 2.19 returns tagged str/int subclasses; keep plain values in our report."""
     if isinstance(value, bool):
@@ -238,7 +249,10 @@ class _HostReader:
             strict = _bool(get(HOST_KEY_CHECKING_VARS))
         else:
             strict = bool(self.config.get_config_value("HOST_KEY_CHECKING"))
-        kept = {name: _one_word(host.name, name, get((name,))) for name in KEPT_VARS if variables.get(name) is not None}
+        kept: dict[str, str | None] = {name: _one_word(host.name, name, get((name,))) for name in WORD_VARS
+                                       if variables.get(name) is not None}
+        kept |= {name: _label(host.name, name, get((name,))) for name in LABEL_VARS if variables.get(name) is not None}
+        kept = {name: value for name, value in kept.items() if value is not None}
         groups = tuple(sorted(g.name for g in host.get_groups() if g.name != "all"))
         return Host(name=host.name, address=str(address), port=port, user=str(user), key_file=key,
                     known_hosts=options.known_hosts_files(), strict_host_key_checking=strict,
