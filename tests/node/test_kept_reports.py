@@ -37,6 +37,25 @@ def test_at_most_keep_max_files_the_oldest_going_first(tmp_path: Path, monkeypat
     assert names(tmp_path) == [f"20261101T03{m:02d}00Z-fail.json" for m in (2, 3, 4)]
 
 
+def test_the_newest_active_pass_outlives_keep_max_newer_failures(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """KEEP_MAX newer warning health checks (42 h of them every 5 minutes at 500) must not take the node's only kept
+    active pass: "no active check passed in N days" is read from it."""
+    monkeypatch.setattr(kept_reports, "KEEP_MAX", 3)
+    monkeypatch.setenv("GPUCHECK_STATE_DIR", str(tmp_path))
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for name in ("20261101T030000Z-pass-full.json", "20261102T030000Z-pass-full.json"):
+        (folder / name).write_text("{}")
+    for minute in range(5):
+        (folder / f"20261103T03{minute:02d}00Z-warn.json").write_text("{}")
+    kept_reports.prune(folder)
+    assert names(folder) == ["20261102T030000Z-pass-full.json", "20261103T030300Z-warn.json",
+                             "20261103T030400Z-warn.json"]
+    passive = Report(host="n", profile="p", results=[Result("gpu.count", Status.WARN)], started="2026-11-03T04:00:00Z")
+    assert kept_reports.last_active_pass(passive, False) == "2026-11-02T03:00:00Z"
+
+
 def test_two_runs_in_one_second_are_two_files() -> None:
     report = Report(host="n", profile="p", results=[Result("gpu.count", Status.FAIL)],
                     started="2026-11-27T06:00:00+01:00")

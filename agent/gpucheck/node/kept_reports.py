@@ -2,7 +2,8 @@
 what Slurm's health check saw between two cluster runs is not lost (`gpucheck history import` reads the folder).
 Kept: every report that did not pass, every one that ran active checks (--full: the figures a GPU is followed by),
 and the latest passive pass (a health check every 5 minutes would otherwise fill the folder with passes); at most
-KEEP_MAX files, the oldest going first. Never raises: keeping a copy never costs a run."""
+KEEP_MAX files, the oldest going first, the newest active pass always kept. Never raises: keeping a copy never costs
+a run."""
 
 from __future__ import annotations
 
@@ -44,13 +45,16 @@ def file_name(report: Report, active: bool, taken: set[str]) -> str:
 
 
 def prune(directory: Path) -> None:
-    """Every passive pass but the newest, then the oldest beyond KEEP_MAX."""
+    """Every passive pass but the newest, then the oldest beyond KEEP_MAX, but never the newest run of active checks
+    that passed or only warned: "no active check passed in N days" and its figures are read from it."""
     kept = sorted((m.group(1), int(m.group(2) or 1), m.group(3), bool(m.group(4)), p.name)
                   for p in directory.iterdir() if (m := NAME.fullmatch(p.name)))
     passes = [k for k in kept if k[2] == "pass" and not k[3]]
     doomed = {k[4] for k in passes[:-1]}
-    rest = [k for k in kept if k[4] not in doomed]
-    doomed |= {k[4] for k in rest[:max(0, len(rest) - KEEP_MAX)]}
+    active_passes = [k[4] for k in kept if k[3] and k[2] in ("pass", "warn")]
+    spared = set(active_passes[-1:])
+    rest = [k for k in kept if k[4] not in doomed and k[4] not in spared]
+    doomed |= {k[4] for k in rest[:max(0, len(rest) - (KEEP_MAX - len(spared)))]}
     for name in doomed:
         with contextlib.suppress(FileNotFoundError):  # another run pruned it first
             (directory / name).unlink()
