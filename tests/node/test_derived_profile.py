@@ -225,6 +225,18 @@ def test_a_gpu_the_table_does_not_know_is_judged_for_health_only_and_none_known_
     assert "GPU1: no SKU entry: not judged" in profile.data["sources"]["gpu.power_limit_W_min"]
 
 
+def test_when_nvml_names_no_gpu_the_bus_still_gives_the_profile():
+    """NVML gone or every GPU lost: the bus's device ids still say the node is an 8 x H100 SXM5 one, so it is judged
+    against that (8 GPUs expected, none answering), never against the generic profile."""
+    nvml, pci = facts_of(*[("NVIDIA H100 80GB HBM3", 0x2330)] * 8, nvswitches=4)
+    nvml["gpus"] = []
+    profile = derive(nvml, pci, TABLE, GENERIC)
+    assert profile.name == "derived-h100-sxm5-80gb" and profile.data["gpu"]["count"] == 8
+    assert profile.data["skus"]["PCI 0000:10:00.0"] == "h100-sxm5-80gb" and len(profile.data["skus"]) == 8
+    result = gpu.count({"nvml": nvml, "pci_gpus": pci}, profile)
+    assert result.status.value == "fail", result.reason
+
+
 def test_without_the_pci_bus_the_count_is_not_judged():
     nvml, _ = facts_of(("NVIDIA L40S", 0x26B9))
     profile = derive(nvml, None, TABLE, GENERIC)

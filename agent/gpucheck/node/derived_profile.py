@@ -38,10 +38,16 @@ def node_skus(nvml: dict[str, Any], pci: dict[str, Any] | None, table: SkuTable)
     return found
 
 
+def bus_skus(pci: dict[str, Any] | None, table: SkuTable) -> dict[str, Sku | None]:
+    """{"PCI 0000:18:00.0": its SKU or None} for each GPU on the PCI bus, by its device id alone."""
+    return {f"PCI {d.get('address')}": table.match(None, d.get("device")) for d in (pci or {}).get("gpus", [])}
+
+
 def derive(nvml: dict[str, Any], pci: dict[str, Any] | None, table: SkuTable, base: Profile) -> Profile | None:
     """The profile for this node from its GPUs' SKU entries, on top of `base` (the generic profile); None when
-    the table knows none of its GPUs."""
-    found = node_skus(nvml, pci, table)
+    the table knows none of its GPUs. When NVML names none (its library gone, every GPU lost), the bus's device ids
+    still say what they are: a node whose GPUs are known by their ids is never judged against `base`."""
+    found = node_skus(nvml, pci, table) or bus_skus(pci, table)
     known = sorted({sku.id for sku in found.values() if sku})
     if not known:
         return None
