@@ -13,10 +13,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agent" / "gpucheck"
 MAX_LINES = 400
 
 # package (first name under gpucheck) -> the packages it may import. The foundation modules
-# (model, versions, files, process, config, profile_dirs, profiles, skus, references, cli_types, netbench, slurm) import
-# only each other; `main` is the one place that knows both command lines.
+# (model, versions, files, process, config, profile_dirs, profiles, skus, references, cli_types, netbench, slurm,
+# redact) import only each other; `main` is the one place that knows both command lines.
 FOUNDATION = {"model", "versions", "files", "process", "config", "profile_dirs", "profiles", "skus", "references",
-              "netbench", "slurm", "__init__"}
+              "netbench", "slurm", "redact", "__init__"}
 MAY_IMPORT: dict[str, set[str]] = {
     **{name: FOUNDATION for name in FOUNDATION},
     "cli_types": FOUNDATION,

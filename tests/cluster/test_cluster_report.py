@@ -291,13 +291,13 @@ SECRET_CASES = [
 
 @pytest.mark.parametrize(("text", "secret", "written"), SECRET_CASES)
 def test_redact_removes_each_kind_of_secret(text: str, secret: str, written: str) -> None:
-    from gpucheck.report.cluster.redact import redact
+    from gpucheck.redact import redact
 
     assert redact(text) == written and secret not in redact(text)
 
 
 def test_redact_leaves_ordinary_text_alone() -> None:
-    from gpucheck.report.cluster.redact import redact
+    from gpucheck.redact import redact
 
     for text in ("sudo: a password is required", "https://github.com/x/y.git", "node01 passes 3 checks",
                  "unreachable: 10.0.0.1:22: connection refused", "the proxy command to h:22 failed: exit 1"):

@@ -9,7 +9,7 @@ import json
 from gpucheck.cluster.context import NodeOutcome
 from gpucheck.cluster.progress import PlainProgress
 from gpucheck.model import Status
-from gpucheck.report.cluster.redact import for_terminal
+from gpucheck.redact import for_terminal
 
 HOSTILE = "exit 1: \x1b]0;owned\x07\x1b[2J\rnode02 pass all good\nnode03 pass\u2028 sshpass -p s3cret"
 

@@ -175,7 +175,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def fail(message: str) -> int:
-    from ..report.cluster.redact import redact
+    from ..redact import redact
 
     print(f"gpucheck: error: {redact(message)}", file=sys.stderr)
     return EXIT_UNKNOWN
@@ -207,8 +207,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..redact import for_terminal
     from ..report import cluster as report
-    from ..report.cluster.redact import for_terminal
     from . import duplicates, fanout, handoff, progress
     from .context import ClusterContext
     from .inventory import InventoryError, load

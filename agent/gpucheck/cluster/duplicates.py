@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import Status
-from ..report.cluster.redact import for_terminal
+from ..redact import for_terminal
 from .context import NodeOutcome
 
 KIND = "duplicate"  # NodeOutcome.kind of the later entry

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from ..model import Status
-from ..report.cluster.redact import for_terminal
+from ..redact import for_terminal
 from . import agent_report
 from .context import NodeOutcome, Options
 from .inventory import Host
@@ -75,7 +75,7 @@ def interpret(host: str, stdout: str, stderr: str, exit_code: int | None, wall_s
                                exit_code, evidence=evidence)
         return NodeOutcome(host, REPORT_STATUS[report["exit_code"]], for_terminal(_summary(report)), "report",
                            wall_s, exit_code, report, tail(stderr, 500))
-    # the reason is one line a terminal shows as it is, whatever the node printed (report/cluster/redact.py)
+    # the reason is one line a terminal shows as it is, whatever the node printed (redact.py)
     last = for_terminal(next((line.strip() for line in reversed(evidence.splitlines()) if line.strip()), ""))
     if exit_code == 127:
         return NodeOutcome(host, Status.ERROR, f"gpucheck agent not found on the node (exit 127): {last}",

@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from ..model import Status
-from ..report.cluster.redact import for_terminal
+from ..redact import for_terminal
 from .context import NodeOutcome
 
 MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "skip"}

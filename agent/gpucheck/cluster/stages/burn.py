@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from ...model import Result, Status
+from ...redact import for_terminal
 from ...report.cluster.burnin import finite
-from ...report.cluster.redact import for_terminal
 from .. import jobs
 from ..context import ClusterContext, ClusterResult, NodeOutcome
 from ..nodes import Participants, participants, remote_hosts

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ...files import user_state_dir, write_atomically
+from ...redact import clean
 from .drain import render_drain
 from .html import render_html
 from .json import render_json
 from .junit import render_junit
 from .markdown import render_markdown
-from .redact import clean
 
 # file name -> its renderer, in the order they are written
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
