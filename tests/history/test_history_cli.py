@@ -138,3 +138,25 @@ def test_a_store_that_is_missing_or_not_ours_is_one_line(tmp_path: Path) -> None
     foreign = history(tmp_path, "import", str(tmp_path))
     assert foreign.returncode == 3 and "an SQLite file that is not a gpucheck history store" in foreign.stderr
     assert len(foreign.stderr.strip().splitlines()) == 1
+
+
+def test_what_a_node_wrote_reaches_the_terminal_as_escapes(tmp_path: Path) -> None:
+    """A node's report names its checks and figures (here one that clears the screen, sets the window title and
+    starts a line of its own): `history import`, `history show` and `gpucheck diff` print them as escapes."""
+    hostile = "gpu.gemm\x1b[2J\x1b]0;owned\x07\nFAKE: all good"
+    doc = node_report("gpu07", "2026-11-01T03:00:00Z", 790.0)
+    gemm = next(r for r in doc["results"] if r["check"] == "gpu.gemm")
+    gemm["check"] = hostile
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    done = history(tmp_path, "import", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr
+    shown = history(tmp_path, "show", "gpu07", "--figure", "bf16")
+    assert shown.returncode == 0, shown.stderr
+    assert "gpu.gemm\\x1b[2J\\x1b]0;owned\\x07\\nFAKE: all good" in shown.stdout, shown.stdout
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert not any(line.startswith("FAKE") for line in shown.stdout.splitlines())
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps(node_report("gpu07", "2026-11-01T03:00:00Z", 790.0)))
+    diff = run_gpucheck(["diff", str(before), str(tmp_path / "r.json")])
+    assert diff.returncode in (0, 1, 2), diff.stderr
+    assert "\x1b" not in diff.stdout and "\\x1b]0;owned\\x07\\nFAKE: all good" in diff.stdout, diff.stdout

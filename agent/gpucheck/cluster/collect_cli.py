@@ -11,6 +11,7 @@ from typing import Any
 from ..cli_types import seconds, whole_number
 from ..history.store import HistoryError, default_path
 from ..model import EXIT_OK, EXIT_UNKNOWN
+from ..redact import for_terminal
 from .cli import DEFAULTS, fail
 from .context import Options
 
@@ -81,8 +82,10 @@ def say(done: Any) -> None:
     """One node's outcome (collect.Collected), as it is known."""
     where = f", newest {done.newest}" if done.newest else ""
     if done.recorded or done.known or not done.failed:
-        print(f"  {done.node}: {done.recorded} new run(s), {done.known} recorded before{where}", flush=True)
-    for problem in done.problems:
-        print(f"  {done.node}: {problem}", flush=True)
+        print(f"  {done.node}: {done.recorded} new run(s), {done.known} recorded before{for_terminal(where)}",
+              flush=True)
+    for problem in done.problems:  # the node's own words (names, errors): shown as escapes where a terminal acts
+        print(f"  {done.node}: {for_terminal(problem)}", flush=True)
     if done.failed:
-        print(f"gpucheck: error: {done.node}: could not be read: {done.failed}", file=sys.stderr, flush=True)
+        print(f"gpucheck: error: {done.node}: could not be read: {for_terminal(done.failed)}", file=sys.stderr,
+              flush=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import EXIT_FAIL, EXIT_OK, EXIT_WARN
+from ..redact import for_terminal
 
 DEFAULT_NOISE_PCT = 5.0  # a fixed noise floor until the history measures each figure's own run-to-run spread
 RATE_UNITS = ("TFLOPS", "GBps", "Gbps", "MBps")  # name tokens of a figure where more is better
@@ -155,6 +156,12 @@ def number(value: float) -> str:
 
 
 def render_text(diffs: list[NodeDiff], noise_pct: float) -> str:
+    """The terminal's text: every name and version in it is a node's word, shown as escapes where a terminal would
+    act on it (redact.for_terminal)."""
+    return "".join(for_terminal(line) + "\n" for line in text_lines(diffs, noise_pct))
+
+
+def text_lines(diffs: list[NodeDiff], noise_pct: float) -> list[str]:
     lines = []
     for d in diffs:
         if d.only_in == "before":
@@ -173,7 +180,7 @@ def render_text(diffs: list[NodeDiff], noise_pct: float) -> str:
         lines += [f"  version  {what}: {a} -> {b}" for what, a, b in d.versions]
         lines += [f"  verdict  {check}: {a} -> {b}" for check, a, b in d.verdicts]
         lines += [f"  figure   {name}: {number(a)} -> {number(b)} ({pct:+.1f} %)" for name, a, b, pct in d.figures]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def render_json(diffs: list[NodeDiff], noise_pct: float) -> str:

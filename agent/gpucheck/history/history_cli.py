@@ -16,6 +16,7 @@ from typing import Any
 from ..cli_types import Bounded, Parser, fail
 from ..files import write_output
 from ..model import EXIT_OK, EXIT_UNKNOWN
+from ..redact import for_terminal as shown
 from . import queries
 from .diff import number
 from .importer import import_paths
@@ -123,11 +124,11 @@ def run(args: argparse.Namespace) -> int:
 
 def do_import(store: Store, args: argparse.Namespace) -> int:
     def progress(path: Path, said: str) -> None:
-        print(f"  {path}: {said}", flush=True)
+        print(f"  {shown(str(path))}: {shown(said)}", flush=True)
 
     outcome = import_paths(store, args.paths, progress)
     for line in outcome.errors:
-        print(f"gpucheck: error: {line}", file=sys.stderr)
+        print(f"gpucheck: error: {shown(line)}", file=sys.stderr)
     skipped = f"; {len(outcome.not_reports)} other JSON file(s) skipped" if outcome.not_reports else ""
     print(f"history: {outcome.recorded} run(s) recorded, {outcome.known} recorded before{skipped} ({store.path})")
     return EXIT_UNKNOWN if outcome.errors else EXIT_OK
@@ -142,9 +143,9 @@ def do_runs(store: Store, args: argparse.Namespace) -> int:
           f"{'other':>5}  exit  source")
     for r in rows:
         state = "" if r["complete"] else " (incomplete)"
-        print(f"{r['run']:>6}  {r['started']:<20}  {r['kind']:<7}  {r['nodes']:>5}  {r['pass']:>4} {r['warn']:>4} "
-              f"{r['fail']:>4} {r['other']:>5}  {'-' if r['exit_code'] is None else r['exit_code']:>4}  "
-              f"{r['source']}{state}")
+        print(f"{r['run']:>6}  {shown(str(r['started'])):<20}  {shown(str(r['kind'])):<7}  {r['nodes']:>5}  "
+              f"{r['pass']:>4} {r['warn']:>4} {r['fail']:>4} {r['other']:>5}  "
+              f"{'-' if r['exit_code'] is None else r['exit_code']:>4}  {shown(str(r['source']))}{state}")
     return EXIT_OK
 
 
@@ -163,15 +164,17 @@ def do_show(store: Store, args: argparse.Namespace) -> int:
 
 
 def render_series(target: str, node_runs: list[dict], found: dict[tuple, dict[int, float]]) -> str:
-    labels = {key: f"{key[0]} {key[1]}".strip() + (f" [{key[2]}]" if key[2] and key[2] not in key[1] else "")
-              + ("" if key[3] == NODE_GPU else f"  GPU{key[3]}") for key in found}
+    labels = {key: shown(f"{key[0]} {key[1]}".strip() + (f" [{key[2]}]" if key[2] and key[2] not in key[1] else "")
+                         + ("" if key[3] == NODE_GPU else f"  GPU{key[3]}")) for key in found}
     width = max([len("started (UTC)"), *map(len, labels.values())]) + 2
-    header = [("run", [f"#{r['run']}" for r in node_runs]), ("started (UTC)", [r["started"][:16] for r in node_runs]),
-              ("node", [r["node"] for r in node_runs]), ("verdict", [r["status"] for r in node_runs])]
+    header = [("run", [f"#{r['run']}" for r in node_runs]),
+              ("started (UTC)", [shown(str(r["started"])[:16]) for r in node_runs]),
+              ("node", [shown(str(r["node"])) for r in node_runs]),
+              ("verdict", [shown(str(r["status"])) for r in node_runs])]
     rows = header + [(labels[key], [number(values[r["id"]]) if r["id"] in values else "-" for r in node_runs])
                      for key, values in found.items()]
     column = max(16, *(len(c) for _, cells in rows for c in cells)) + 1
-    lines = [f"{target}: its last {len(node_runs)} run(s), oldest first"
+    lines = [f"{shown(target)}: its last {len(node_runs)} run(s), oldest first"
              + ("" if found else " (no figure matches)")]
     lines += [f"  {name:<{width}}" + "".join(f"{c:>{column}}" for c in cells) for name, cells in rows]
     return "\n".join(lines) + "\n"
@@ -193,7 +196,8 @@ def do_baseline(store: Store, args: argparse.Namespace) -> int:
         print(f"{args.node}: no baseline yet (its first passing `gpucheck node --full` run will be)")
         return EXIT_OK
     b = rows[0]
-    print(f"{args.node}: baseline run #{b['run']} of {b['started']} ({b['status']}), {b['how']}, since {b['since']}")
+    print(shown(f"{args.node}: baseline run #{b['run']} of {b['started']} ({b['status']}), {b['how']}, since "
+                f"{b['since']}"))
     return EXIT_OK
 
 
@@ -202,8 +206,8 @@ def do_offenders(store: Store, args: argparse.Namespace) -> int:
     if not found:
         print(f"no node or GPU failed {args.failures} times in {args.days} days ({store.path})")
     for node, failures in found.items():
-        print(f"{node}: failed {len(failures)} times in {args.days} days: "
-              + ", ".join(f"{f.started} ({f.what})" for f in failures))
+        print(shown(f"{node}: failed {len(failures)} times in {args.days} days: "
+                    + ", ".join(f"{f.started} ({f.what})" for f in failures)))
     return EXIT_OK
 
 
