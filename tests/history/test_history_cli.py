@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import sqlite3
+import zlib
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,22 @@ def test_what_a_node_wrote_reaches_the_terminal_as_escapes(tmp_path: Path) -> No
     diff = run_gpucheck(["diff", str(before), str(tmp_path / "r.json")])
     assert diff.returncode in (0, 1, 2), diff.stderr
     assert "\x1b" not in diff.stdout and "\\x1b]0;owned\\x07\\nFAKE: all good" in diff.stdout, diff.stdout
+
+
+def test_a_secret_a_node_wrote_never_reaches_the_store(tmp_path: Path) -> None:
+    """One redaction (redact.py) on every way into the store, as in the cluster report: a proxy password in a
+    check's reason, in the report kept whole and in its source path."""
+    doc = node_report("gpu07", "2026-11-01T03:00:00Z", 790.0, status_of={"gpu.gemm": "fail"})
+    gemm = next(r for r in doc["results"] if r["check"] == "gpu.gemm")
+    gemm["reason"] = "pip could not reach https://alice:s3cretPW@proxy.example:3128 for cupy"
+    folder = tmp_path / "password=hunter2"
+    folder.mkdir()
+    (folder / "r.json").write_text(json.dumps(doc))
+    assert history(tmp_path, "import", str(folder / "r.json")).returncode == 0
+    with sqlite3.connect(tmp_path / "h.sqlite") as db:
+        reasons = [r for (r,) in db.execute("SELECT reason FROM results WHERE reason LIKE '%proxy.example%'")]
+        blobs = [zlib.decompress(b).decode() for (b,) in db.execute("SELECT report FROM node_runs")]
+        sources = [s for (s,) in db.execute("SELECT source FROM runs")]
+    assert reasons == ["pip could not reach https://alice:[redacted]@proxy.example:3128 for cupy"], reasons
+    assert "s3cretPW" not in "".join(blobs) and "proxy.example" in "".join(blobs)
+    assert "hunter2" not in sources[0] and "[redacted]" in sources[0], sources

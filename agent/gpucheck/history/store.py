@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import user_state_dir
+from ..redact import clean, redact
 from .diff import is_rate
 from .records import CLUSTER, Run
 
@@ -199,7 +200,9 @@ class Store:
         return self.ids[key]
 
     def record(self, run: Run, source: str) -> tuple[int, bool]:
-        """(run id, True) once the run is kept; (its id, False) when the same report was recorded before."""
+        """(run id, True) once the run is kept; (its id, False) when the same report was recorded before. Every way
+        into the store comes here, so here every text a node wrote is redacted (redact.py), as the cluster report's."""
+        source = redact(source)
         with self.transaction() as db:
             row = db.execute("SELECT id FROM runs WHERE digest = ?", (run.digest,)).fetchone()
             if row:
@@ -209,16 +212,18 @@ class Store:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", (run.kind, run.started, source, run.digest, run.exit_code,
                                                  run.gpucheck_version, int(run.complete))).lastrowid
             for part in run.nodes:
-                blob = None if part.report is None else zlib.compress(json.dumps(part.report, default=str).encode())
+                report = None if part.report is None else clean(part.report)
+                blob = None if report is None else zlib.compress(json.dumps(report, default=str).encode())
                 node_run = db.execute(
                     "INSERT INTO node_runs (run_id, node, started, status, reason, profile, report) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, part.node, run.started, part.status, part.reason, part.profile, blob)).lastrowid
+                    (run_id, part.node, run.started, part.status, part.reason and redact(part.reason),
+                     part.profile, blob)).lastrowid
                 db.executemany("INSERT OR REPLACE INTO gpus VALUES (?, ?, ?)", [
                     (node_run, index, self.intern("gpu_ids", ("uuid", "pci_bus_id", "name"), (uuid, bus, name)))
                     for index, uuid, bus, name in part.gpus])
                 db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?)", [
-                    (node_run, self.intern("checks", ("name",), (check,)), status, reason)
+                    (node_run, self.intern("checks", ("name",), (check,)), status, reason and redact(reason))
                     for check, status, reason in part.results])
                 db.executemany("INSERT OR REPLACE INTO figures VALUES (?, ?, ?, ?)", [
                     (node_run, self.intern("names", ("check_name", "figure", "unit"), (check, name, unit)), gpu, value)
