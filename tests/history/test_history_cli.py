@@ -130,6 +130,33 @@ def test_hostile_reports_are_refused_or_kept_without_what_cannot_be_a_figure(tmp
     assert rows and not [r for r in rows if r["check"] == "gpu.count"]  # 10**400 is no float: left out
 
 
+def test_a_report_with_a_wrongly_typed_field_is_its_own_error_and_the_others_are_recorded(tmp_path: Path) -> None:
+    """What a broken or hostile node sends: an exit code that is a list, a version that is a mapping, a GPU index past
+    what SQLite holds, a cluster entry's reason that is a list. Each report is one named error or recorded as it
+    says; none stops the import ("internal error", exit 3, the other nodes unrecorded, before)."""
+    bad_exit = node_report("gpu01", "2026-11-01T03:00:00Z")
+    bad_exit["exit_code"] = [1, 2]
+    odd = node_report("gpu02", "2026-11-01T03:00:00Z")
+    odd.update(gpucheck_version={"v": 1}, profile=["h200"])
+    odd["facts"]["gpus"][0]["index"] = 2 ** 70
+    entry = cluster_report({"gpu03": node_report("gpu03", "2026-11-02T03:00:00Z")}, "2026-11-02T03:00:00Z")
+    entry["nodes"]["gpu99"]["reason"] = ["unreachable", {"errno": 113}]
+    good = node_report("gpu04", "2026-11-03T03:00:00Z")
+    for name, doc in (("1-bad-exit", bad_exit), ("2-odd", odd), ("3-cluster", entry), ("4-good", good)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    done = history(tmp_path, "import", *(str(tmp_path / f"{n}.json") for n in ("1-bad-exit", "2-odd", "3-cluster",
+                                                                                 "4-good")))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr == f"gpucheck: error: {tmp_path / '1-bad-exit.json'}: its exit_code [1, 2] is not an exit " \
+                          "status (0-255)\n", done.stderr
+    assert "history: 3 run(s) recorded" in done.stdout
+    with sqlite3.connect(tmp_path / "h.sqlite") as db:
+        assert db.execute("SELECT gpucheck_version FROM runs WHERE started = '2026-11-01T03:00:00Z'").fetchall() \
+            == [('{"v": 1}',)]
+        assert db.execute("SELECT reason FROM node_runs WHERE node = 'gpu99'").fetchall() \
+            == [('["unreachable", {"errno": 113}]',)]
+
+
 def test_a_store_that_is_missing_or_not_ours_is_one_line(tmp_path: Path) -> None:
     missing = history(tmp_path, "runs")
     assert missing.returncode == 3 and "no history store at " in missing.stderr

@@ -74,7 +74,11 @@ def import_paths(store: Store, paths: list[Path], progress: Callable[[Path, str]
             except NotAReport as exc:
                 (outcome.errors if named else outcome.not_reports).append(f"{file}: {exc}")
                 continue
-            run_id, new = store.record(run, str(file.resolve()))
+            try:
+                run_id, new = store.record(run, str(file.resolve()))
+            except NotAReport as exc:  # a report of ours by its shape, with a value no record can hold
+                outcome.errors.append(f"{file}: {exc}")
+                continue
             outcome.recorded += new
             outcome.known += not new
             progress(file, f"run {run_id}" if new else f"already recorded (run {run_id})")

@@ -53,6 +53,21 @@ class Run:
     nodes: list[NodeRun]
 
 
+def text_of(value: Any) -> str | None:
+    """A field a report gives as text (a version, a profile, a reason): any other JSON value as its text, so a node
+    that sends a list where a word belongs is recorded as saying that, never stops the records of the others."""
+    return None if value is None else value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def exit_code_of(doc: dict[str, Any]) -> int | None:
+    code = doc.get("exit_code")
+    if code is None:
+        return None
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+        raise NotAReport(f"its exit_code {json.dumps(code, default=str)[:40]} is not an exit status (0-255)")
+    return code
+
+
 def utc(text: Any) -> str:
     """An ISO 8601 time as UTC `YYYY-MM-DDTHH:MM:SSZ`, so that times from any report sort as text."""
     try:
@@ -121,7 +136,7 @@ def gpus_of(facts: dict[str, Any]) -> list[tuple[int, str | None, str | None, st
     by their index only."""
     found = []
     for gpu in facts.get("gpus") or []:
-        if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
+        if isinstance(gpu, dict) and type(gpu.get("index")) is int and 0 <= gpu["index"] < 10000:
             found.append((gpu["index"], *(str(gpu[k]) if gpu.get(k) else None for k in ("uuid", "pci_bus_id", "name"))))
     return found
 
@@ -130,8 +145,8 @@ def node_run(node: str, report: dict[str, Any], status: str | None = None, reaso
     facts = report.get("facts") if isinstance(report.get("facts"), dict) else {}
     verdicts, figures = checks_of(report.get("results"))
     own = status or verdict_of_exit(report.get("exit_code"))
-    return NodeRun(node=node, status=own, reason=reason, profile=report.get("profile"), gpus=gpus_of(facts),
-                   results=verdicts, figures=figures, versions=versions(report),
+    return NodeRun(node=node, status=own, reason=text_of(reason), profile=text_of(report.get("profile")),
+                   gpus=gpus_of(facts), results=verdicts, figures=figures, versions=versions(report),
                    report=None if own == "pass" else report)
 
 
@@ -140,8 +155,8 @@ def from_node_report(doc: dict[str, Any], node: str | None = None) -> Run:
     node = node or str(doc.get("host") or "")
     if not node:
         raise NotAReport("a node report without its host name")
-    return Run(kind="node", started=utc(doc.get("started")), digest=digest(doc), exit_code=doc.get("exit_code"),
-               gpucheck_version=doc.get("gpucheck_version"), complete=True, nodes=[node_run(node, doc)])
+    return Run(kind="node", started=utc(doc.get("started")), digest=digest(doc), exit_code=exit_code_of(doc),
+               gpucheck_version=text_of(doc.get("gpucheck_version")), complete=True, nodes=[node_run(node, doc)])
 
 
 def from_cluster_report(doc: dict[str, Any]) -> Run:
@@ -150,7 +165,7 @@ def from_cluster_report(doc: dict[str, Any]) -> Run:
     for name, entry in doc["nodes"].items():
         if not isinstance(entry, dict) or entry.get("status") == "pending":
             continue  # never checked: nothing to remember
-        status, reason = str(entry.get("status")), entry.get("reason")
+        status, reason = str(entry.get("status")), text_of(entry.get("reason"))
         if name in reports:
             nodes.append(node_run(name, reports[name], status, reason))
         else:  # unreachable, hung, interrupted: its verdict and why, and the entry as evidence
@@ -159,8 +174,8 @@ def from_cluster_report(doc: dict[str, Any]) -> Run:
     if verdicts:
         worst = next((s for s in ("fail", "error", "warn", "pass") if any(v[1] == s for v in verdicts)), "skip")
         nodes.append(NodeRun(node=CLUSTER, status=worst, results=verdicts, figures=figures))
-    return Run(kind="cluster", started=utc(doc.get("started")), digest=digest(doc), exit_code=doc.get("exit_code"),
-               gpucheck_version=doc.get("gpucheck_version"), complete=bool(doc.get("complete")), nodes=nodes)
+    return Run(kind="cluster", started=utc(doc.get("started")), digest=digest(doc), exit_code=exit_code_of(doc),
+               gpucheck_version=text_of(doc.get("gpucheck_version")), complete=bool(doc.get("complete")), nodes=nodes)
 
 
 def from_document(doc: Any) -> Run:

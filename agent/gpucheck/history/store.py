@@ -21,7 +21,7 @@ from typing import Any
 from ..files import user_state_dir
 from ..redact import clean, redact
 from .diff import is_rate
-from .records import CLUSTER, Run
+from .records import CLUSTER, NotAReport, Run
 
 APPLICATION_ID = 0x67706368  # "gpch": this file is a gpucheck history store
 BUSY_S = 120.0  # how long a writer waits for another one's transaction before giving up
@@ -203,6 +203,12 @@ class Store:
         """(run id, True) once the run is kept; (its id, False) when the same report was recorded before. Every way
         into the store comes here, so here every text a node wrote is redacted (redact.py), as the cluster report's."""
         source = redact(source)
+        try:
+            return self._record(run, source)
+        except (OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError) as exc:  # rolled back, nothing kept
+            raise NotAReport(f"a value no record can hold ({exc})") from None
+
+    def _record(self, run: Run, source: str) -> tuple[int, bool]:
         with self.transaction() as db:
             row = db.execute("SELECT id FROM runs WHERE digest = ?", (run.digest,)).fetchone()
             if row:
