@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 EVIDENCE_MAX_CHARS = 4000  # raw tool output kept with a result, enough to audit a verdict
+# How many reports a node keeps (node/kept_reports.py), so how many `history collect` may ever read from one node
+KEPT_REPORTS_MAX = 500  # ~25 MB of 8-GPU full reports; a few days of failing health checks every 5 minutes
 
 
 class Status(str, enum.Enum):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cluster_helpers import ROOT, LoopbackSshd, node_report, write_inventory
 
-from gpucheck.cluster.collect import PAGE
+from gpucheck.cluster.collect import MOST_PER_NODE, PAGE
 from gpucheck.history.store import Store
 
 
@@ -107,3 +107,34 @@ def test_bad_input_is_one_line_and_exit_3(tmp_path: Path):
                           timeout=120, cwd=tmp_path)
     assert done.returncode == 3 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith("gpucheck: error: ") and "none.yml" in done.stderr
+
+
+# A node's `gpucheck kept --json --max N [--after NAME]` that answers wrongly: every page the same full page, or ever
+# new names. Each entry carries no report (each is a named problem, cheaply), so only the paging is under test.
+ENDLESS = """exec '{python}' -c '
+import json, sys
+args = sys.argv[1:]
+after = args[args.index("--after") + 1] if "--after" in args else None
+start = 0 if {same} or after is None else int(after.split(".")[1].split("-")[0])
+for n in range(start, start + {page}):
+    print(json.dumps({{"name": "20261101T000000Z.%d-fail.json" % (n + 1), "error": "cut off"}}))
+' "$@"
+"""
+
+
+def test_a_node_that_pages_forever_is_stopped_and_named(sshd: LoopbackSshd, tmp_path: Path):
+    """The same full page again and again, or new names without end: each node is stopped (the same report twice;
+    more than a node can keep), named, and what it sent before is kept; the collect ends (exit 3)."""
+    sshd.behave(sshd.ports[0], ENDLESS.format(python=sys.executable, same=True, page=PAGE))
+    sshd.behave(sshd.ports[1], ENDLESS.format(python=sys.executable, same=False, page=PAGE))
+    hosts = {"node01": {"ansible_port": sshd.ports[0]}, "node02": {"ansible_port": sshd.ports[1]}}
+    done = collect(sshd, tmp_path, hosts)
+    assert done.returncode == 3, done.stdout + done.stderr
+    errors = done.stderr.splitlines()
+    assert ("gpucheck: error: node01: could not be read: sent kept report 20261101T000000Z.1-fail.json again: "
+            "stopped there, what came before is recorded") in errors, errors
+    assert (f"gpucheck: error: node02: could not be read: sent more than the {MOST_PER_NODE} kept reports a node "
+            "can hold: stopped there, what came before is recorded") in errors, errors
+    assert done.stdout.count("  node01: kept report ") == PAGE  # the first page was read, each entry named
+    assert done.stdout.count("  node02: kept report ") == MOST_PER_NODE
+

@@ -15,13 +15,17 @@ from pathlib import Path
 
 from ..history.records import NotAReport, from_node_report
 from ..history.store import HistoryError, Store
+from ..model import KEPT_REPORTS_MAX
 from .context import Options
 from .inventory import Host
 from .ssh import client as ssh
 from .ssh.result import Remote
 
-PAGE = 50  # reports per SSH command: a full 8-GPU report is ~50 kB, a node may keep 500
+PAGE = 50  # reports per SSH command: a full 8-GPU report is ~50 kB, a node may keep KEPT_REPORTS_MAX
 SOURCE = "{node}:kept/{name}"
+# What one node may send in one collect: all it can keep, and a page more for those written meanwhile. A node that
+# sends more, or a report twice, is answering wrongly (a loop, a broken or hostile agent): it is stopped there.
+MOST_PER_NODE = KEPT_REPORTS_MAX + PAGE
 
 
 @dataclass
@@ -63,6 +67,7 @@ def collect_node(host: Host, options: Options, path: Path, timeout: float) -> Co
     try:
         with Store(path) as store:
             after = done.newest = last_collected(store, host.name)
+            seen: set[str] = set()
             while True:
                 remote = ssh.run(host, options, page_command(options, after), timeout)
                 if not remote.ok:
@@ -74,6 +79,12 @@ def collect_node(host: Host, options: Options, path: Path, timeout: float) -> Co
                     done.failed = f"`gpucheck kept` answered what is no list of kept reports: {exc}"
                     return done
                 for entry in page:
+                    if entry["name"] in seen or len(seen) >= MOST_PER_NODE:
+                        said = (f"sent kept report {entry['name']} again" if entry["name"] in seen else
+                                f"sent more than the {MOST_PER_NODE} kept reports a node can hold")
+                        done.failed = f"{said}: stopped there, what came before is recorded"
+                        return done
+                    seen.add(entry["name"])
                     record(store, host.name, entry, done)
                 if len(page) < PAGE:
                     return done

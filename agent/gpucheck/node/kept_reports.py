@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ..files import read_file, write_atomically
-from ..model import Report, Result, Status, verdict_of_exit
+from ..model import KEPT_REPORTS_MAX, Report, Result, Status, verdict_of_exit
 from .kernel_log import state_dir
 
 KEPT_REPORT_MAX_B = 16 << 20  # a kept report is tens of kB; more is not one of ours
 VERDICTS = {s.value for s in Status}
-KEEP_MAX = 500  # ~25 MB of 8-GPU full reports; a few days of failing health checks every 5 minutes
+KEEP_MAX = KEPT_REPORTS_MAX
 NAME = re.compile(r"(\d{8}T\d{6}Z)(?:\.(\d+))?-(pass|warn|fail|error|skip)(-full)?\.json")
 
 
