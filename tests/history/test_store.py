@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpucheck.history import queries
+from gpucheck.history.recording import record_run
 from gpucheck.history.records import CLUSTER, NODE_GPU, NotAReport, from_document, unit_of
 from gpucheck.history.store import SCHEMA_VERSION, HistoryError, Store
 
@@ -255,3 +256,19 @@ def test_a_writer_killed_half_way_leaves_no_partial_run_and_the_store_whole(tmp_
                                 "WHERE n.check_name = 'gpu.big'").fetchone()[0] == 0
         assert store.record(from_document(node_report("gpu08")), "after")[1]  # the store takes the next run
         assert {r["node"] for r in store.query("SELECT node FROM node_runs")} == {"gpu07", "gpu08"}
+
+
+def test_recording_a_cluster_run_never_raises_for_what_a_node_sent(tmp_path: Path) -> None:
+    """A cluster run's recording says in one line why a run was not recorded (an exit code no exit status) and
+    records the rest as it can (a GPU index SQLite cannot hold is left out): it never turns the run's verdict into
+    an internal error (cluster/cli.py prints the line and keeps its exit code)."""
+    hostile = node_report("gpu07", "2026-11-01T03:00:00+00:00", 790.0)
+    hostile["facts"]["gpus"][0]["index"] = 2 ** 70
+    doc = cluster_report({"gpu07": hostile})
+    doc["exit_code"] = 2 ** 64
+    recorded, said = record_run(doc, tmp_path / "report.json", tmp_path / "h.sqlite")
+    assert (recorded, said) == (False, "history: this run was not recorded: its exit_code 18446744073709551616 is "
+                                       "not an exit status (0-255)")
+    doc["exit_code"] = 2
+    recorded, said = record_run(doc, tmp_path / "report.json", tmp_path / "h.sqlite")
+    assert recorded and said.startswith("history: run 1 recorded in "), said
