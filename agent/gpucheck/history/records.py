@@ -18,6 +18,7 @@ from .diff import node_reports, versions
 CLUSTER = ""  # the node name a cluster run's own checks are kept under: no inventory host has an empty name
 NODE_GPU = -1  # the GPU index of a figure that is the node's, not one GPU's
 GPU_KEY = re.compile(r"GPU(\d{1,4})")  # how a report names one GPU in a check's measured values
+GPU_INDEX_MAX = 9999  # the same four digits for facts.gpus: an index past it is no GPU's (and may not fit SQLite)
 # name tokens that say a figure's unit (gpu.burn TFLOPS_median: TFLOPS; temperature_C_max: C), last one first
 UNITS = ("TFLOPS", "GBps", "Gbps", "MBps", "MHz", "GiB", "MiB", "W", "C", "s", "ms", "pct")
 # whose measured values are measurements: a skip may be "measured, not judged" (a GPU the SKU table does not know);
@@ -136,7 +137,7 @@ def gpus_of(facts: dict[str, Any]) -> list[tuple[int, str | None, str | None, st
     by their index only."""
     found = []
     for gpu in facts.get("gpus") or []:
-        if isinstance(gpu, dict) and type(gpu.get("index")) is int and 0 <= gpu["index"] < 10000:
+        if isinstance(gpu, dict) and type(gpu.get("index")) is int and 0 <= gpu["index"] <= GPU_INDEX_MAX:
             found.append((gpu["index"], *(str(gpu[k]) if gpu.get(k) else None for k in ("uuid", "pci_bus_id", "name"))))
     return found
 
