@@ -115,6 +115,22 @@ def test_a_cluster_check_that_got_worse_fails_the_diff(tmp_path):
     assert "cluster checks:\n  verdict  cluster.allreduce: pass -> fail" in text
 
 
+def test_a_figure_that_was_zero_is_strict_json(tmp_path):
+    """From 0 a change has no percentage: null in the JSON, never a bare Infinity a strict reader refuses."""
+    before = changed(gemm_bf16=0.0)
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    (tmp_path / "after.json").write_text(json.dumps(FULL))
+    done = gpucheck("diff", "--format", "json", str(tmp_path / "before.json"), str(tmp_path / "after.json"))
+    assert done.returncode == 0, done.stderr
+
+    def refuse(name: str):
+        raise ValueError(f"not strict JSON: {name}")
+
+    doc = json.loads(done.stdout, parse_constant=refuse)
+    moved = {f["figure"]: f for f in doc["nodes"]["vm"]["figures"]}["gpu.gemm GPU0 bf16_TFLOPS"]
+    assert moved["change_pct"] is None and moved["before"] == 0
+
+
 def gpucheck(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpucheck", *args], capture_output=True, text=True, timeout=60,
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT / "agent"), "PATH": "/usr/bin:/bin"})

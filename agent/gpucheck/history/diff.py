@@ -188,7 +188,8 @@ def render_json(diffs: list[NodeDiff], noise_pct: float) -> str:
         return {"only_in": d.only_in or None, "why_gone": d.why_gone or None,
                 "versions": [{"what": w, "before": a, "after": b} for w, a, b in d.versions],
                 "verdicts": [{"check": c, "before": a, "after": b} for c, a, b in d.verdicts],
-                "figures": [{"figure": f, "before": a, "after": b, "change_pct": round(p, 2)}
+                "figures": [{"figure": f, "before": a, "after": b,
+                             "change_pct": round(p, 2) if math.isfinite(p) else None}  # from 0: no percentage
                             for f, a, b, p in d.figures],
                 "exit_code": d.exit_code()}
 
@@ -198,4 +199,4 @@ def render_json(diffs: list[NodeDiff], noise_pct: float) -> str:
     for d in diffs:
         if d.node == CLUSTER:  # the cluster's own checks (two cluster reports)
             doc["cluster"] = {"verdicts": entry(d)["verdicts"], "exit_code": d.exit_code()}
-    return json.dumps(doc, indent=2) + "\n"
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"  # strict JSON: any reader takes it
