@@ -71,7 +71,8 @@ def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups in this order: one worker starts the lab's long chain at once, and a long file never starts last and
     leaves the other workers idle at the end. Every worker reads the same cache, so all collect the same order."""
     cache = getattr(config, "cache", None)
-    seconds = cache.get(GROUP_SECONDS, {}) if cache is not None else {}
+    known = cache.get(GROUP_SECONDS, {}) if cache is not None else {}
+    seconds = {k: v for k, v in known.items() if isinstance(v, int | float)} if isinstance(known, dict) else {}
     items.sort(key=lambda item: (not item.get_closest_marker("lab"), -seconds.get(group_of(item), 0.0)))
 
 
@@ -91,7 +92,8 @@ class GroupTimes:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.seconds:
             known = self.cache.get(GROUP_SECONDS, {})
-            self.cache.set(GROUP_SECONDS, {**known, **{k: round(v, 1) for k, v in self.seconds.items()}})
+            self.cache.set(GROUP_SECONDS, {**(known if isinstance(known, dict) else {}),
+                                           **{k: round(v, 1) for k, v in self.seconds.items()}})
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected what it leaves out
