@@ -134,7 +134,8 @@ def why_gone(doc: Any, node: str) -> str:
     entry = (doc.get("nodes") or {}).get(node) if isinstance(doc, dict) else None
     if not isinstance(entry, dict):
         return "not in the run"
-    return f"{entry.get('status', '?')}: {entry.get('reason', '')}".rstrip(": ")
+    status, reason = entry.get("status", "?"), entry.get("reason")
+    return f"{status}: {reason}" if reason else str(status)  # a reason that ends in ":" keeps it
 
 
 def diff_runs(before_doc: Any, after_doc: Any, before_path: str, after_path: str,
