@@ -54,6 +54,7 @@ TaskPlugin=task/none
 SwitchType=switch/none
 MpiDefault=none
 ReturnToService=2
+RebootProgram=/bin/true
 SlurmdTimeout=300
 SelectType=select/cons_tres
 NodeName={node} NodeHostname={hostname} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN
@@ -95,7 +96,9 @@ class SlurmCluster:
 
 def start(directory: Path, others: tuple[str, ...] = ()) -> SlurmCluster:
     """munged, then slurmctld, then slurmd; returns once the node is up (IDLE) in slurmctld's view. `others`
-    are more nodes in slurm.conf with no slurmd behind them (not responding: they can still be drained)."""
+    are more nodes in slurm.conf with no slurmd behind them (not responding: they can still be drained, and
+`scontrol reboot` leaves one in REBOOT_REQUESTED or REBOOT_ISSUED, since nothing answers: RebootProgram is set
+only so that slurmctld accepts the request)."""
     for sub in ("run", "log", "state", "spool"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
     (directory / "run").chmod(0o755)  # munge's socket: any local user may ask (the no-permission test is one)

@@ -14,9 +14,9 @@ MAX_LINES = 400
 
 # package (first name under gpucheck) -> the packages it may import. The foundation modules
 # (model, versions, files, process, config, profile_dirs, profiles, skus, references, cli_types, netbench, slurm,
-# redact) import only each other; `main` is the one place that knows both command lines.
+# drain_rule, redact) import only each other; `main` is the one place that knows both command lines.
 FOUNDATION = {"model", "versions", "files", "process", "config", "profile_dirs", "profiles", "skus", "references",
-              "netbench", "slurm", "redact", "__init__"}
+              "netbench", "slurm", "drain_rule", "redact", "__init__"}
 MAY_IMPORT: dict[str, set[str]] = {
     **{name: FOUNDATION for name in FOUNDATION},
     "cli_types": FOUNDATION,
@@ -31,8 +31,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "kept_cli": FOUNDATION | {"cli_types", "node"},
     "history": FOUNDATION | {"history", "cli_types"},
     "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
-    "schedule": FOUNDATION | {"schedule", "cli_types"},
-    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule"},
+    "schedule": FOUNDATION | {"schedule", "cli_types", "cli"},  # cli: gpucheck node's parser reads --daily-args
+    "slurm_cli": FOUNDATION | {"cli_types"},
+    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule", "slurm_cli"},
     "__main__": {"main"},
 }
 

@@ -1,67 +1,99 @@
-"""The rule gpucheck follows in Slurm (slurm.decide, LBNL NHC's): drain on a failure unless someone else drained
-the node, resume only gpucheck's own drain on a pass, change nothing on a harness error; and the reason it writes."""
+"""Who holds a Slurm node and what each of gpucheck's five paths may do with it (drain_rule: one table, one
+function; LBNL NHC's rule at its core: nobody undoes a state they did not make), the reason gpucheck writes, and
+how scontrol's words are read. The whole table is walked on a real slurmctld in tests/node/test_drain_table.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from gpucheck import slurm
+from gpucheck import drain_rule, slurm
 
-ADMIN = slurm.NodeState("n1", "IDLE+DRAIN", "PSU swap")
-OURS = slurm.NodeState("n1", "MIXED+DRAIN", "gpucheck: gpu.xid Xid 79 on GPU2")
-UP = slurm.NodeState("n1", "IDLE", "")
-DOWN_OURS = slurm.NodeState("n1", "DOWN*+DRAIN", "gpucheck: host.disk / 1.2 GiB free")
+FINDINGS = ["gpu.ecc_errors 2 uncorrected"]
+# One node per holder, as scontrol shows them (slurmctld 22.05's flags: MAINTENANCE, REBOOT_*, NOT_RESPONDING).
+HELD = {
+    "nobody": slurm.NodeState("n1", "IDLE", ""),
+    "passive": slurm.NodeState("n1", "MIXED+DRAIN", "gpucheck: gpu.xid Xid 79 on GPU2"),
+    "active": slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: scheduled weekly: gpu.burn GPU3 95 C > 87 C"),
+    "upgrade": slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)"),
+    "admin-drain": slurm.NodeState("n1", "IDLE+DRAIN", "PSU swap"),
+    "down": slurm.NodeState("n1", "DOWN+NOT_RESPONDING", "cable"),
+    "fail": slurm.NodeState("n1", "IDLE+FAIL", "RMA 4411"),
+    "maint": slurm.NodeState("n1", "IDLE+MAINTENANCE+RESERVED", ""),
+    "reboot": slurm.NodeState("n1", "UNKNOWN+REBOOT_REQUESTED", "reboot requested"),
+}
 
 
-@pytest.mark.parametrize("current, verdict, verb", [
-    (UP, "fail", "drain"), (OURS, "fail", "drain"), (ADMIN, "fail", "keep"), (DOWN_OURS, "fail", "drain"),
-    (UP, "pass", "keep"), (OURS, "pass", "resume"), (ADMIN, "pass", "keep"), (DOWN_OURS, "pass", "resume"),
-    (UP, "error", "keep"), (OURS, "error", "keep"), (ADMIN, "error", "keep"),
+@pytest.mark.parametrize("state, reason, holder", [
+    ("IDLE", "", "nobody"), ("ALLOCATED", "", "nobody"), ("IDLE+NOT_RESPONDING", "", "nobody"),
+    ("MIXED+DRAIN", "gpucheck: gpu.xid Xid 79", "passive"), ("DOWN*+DRAIN", "gpucheck: host.disk 1 GiB", "passive"),
+    ("IDLE+DRAIN", "gpucheck: cluster: gpu.burn slow", "active"),
+    ("IDLE+DRAIN", "gpucheck: scheduled daily: gpu.xid Xid 48", "active"),
+    ("DRAINED", "gpucheck: upgrade to r550 stopped: x", "upgrade"), ("IDLE+DRAIN", "", "admin-drain"),
+    ("DOWN+DRAIN", "admin: PSU swap", "admin-drain"), ("DOWN", "admin: PSU swap", "down"), ("DOWN*", "", "down"),
+    ("MIXED+FAIL", "failing DIMM", "fail"), ("IDLE+MAINT", "", "maint"), ("IDLE+MAINTENANCE+RESERVED", "", "maint"),
+    ("IDLE+MAINT+DRAIN", "gpucheck: gpu.xid x", "maint"), ("DOWN+REBOOT_ISSUED", "reboot issued", "reboot"),
+    ("IDLE+DRAIN+REBOOT_REQUESTED", "gpucheck: gpu.xid x", "reboot"),
+    # a check id that starts like a head is still a passive check's
+    ("IDLE+DRAIN", "gpucheck: upgraded.x y", "passive"),
 ])
-def test_the_rule(current, verdict, verb):
-    assert slurm.decide(current, verdict, ["gpu.ecc_errors 2 uncorrected"]).verb == verb
+def test_who_holds_a_node_comes_from_its_flags_then_its_reason(state, reason, holder):
+    assert drain_rule.holder_of(slurm.NodeState("n1", state, reason)) == holder
 
 
-@pytest.mark.parametrize("verdict", ["pass", "fail"])
-def test_a_node_the_rolling_upgrade_drained_is_left_to_the_upgrade(verdict):
-    """Half-way through its upgrade (or stopped by one) a node may pass the passive checks: a health check that
-    resumed it would hand a half-upgraded node to jobs; one that failed would hide the upgrade's reason."""
-    upgrading = slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)")
-    action = slurm.decide(upgrading, verdict, ["gpu.driver NVML version mismatch"])
-    assert action.verb == "keep" and "only the upgrade (playbooks/upgrade.yml) resumes it" in action.reason
-    resumed = slurm.NodeState("n1", "IDLE", "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)")
-    assert slurm.decide(resumed, "fail", ["gpu.xid Xid 79"]).verb == "drain"  # a reason left from before: no drain
+@pytest.mark.parametrize("holder", list(drain_rule.HOLDERS))
+@pytest.mark.parametrize("path", list(drain_rule.PATHS))
+def test_decide_follows_the_table(holder, path):
+    for verdict, verb in zip(drain_rule.VERDICTS, drain_rule.RULES[holder][drain_rule.PATHS[path][0]], strict=True):
+        action = drain_rule.decide(HELD[holder], path, verdict, FINDINGS, "weekly")
+        assert (action.verb, action.holder) == (verb, holder), (verdict, action)
+        if verb == "drain":
+            assert action.reason == drain_rule.drain_reason(FINDINGS, drain_rule.head_of(path, "weekly"))
 
 
-def test_a_scheduled_checks_drain_says_so_and_only_an_admin_or_another_scheduled_pass_clears_it():
-    """A scheduled burn-in saw what the passive health check cannot (a GPU too hot under load): the health check's
-    pass every 5 minutes must not hand the node back to jobs."""
-    action = slurm.decide(UP, "fail", ["gpu.burn GPU3 hottest sample 95 C > 87 C"], scheduled="weekly")
-    assert (action.verb, action.reason) == ("drain", "gpucheck: scheduled weekly: gpu.burn GPU3 hottest sample 95 C "
-                                                     "> 87 C")
-    drained = slurm.NodeState("n1", "IDLE+DRAIN", action.reason)
-    assert drained.ours and drained.drained_by_scheduled_check
-    kept = slurm.decide(drained, "pass", [])
-    assert kept.verb == "keep" and "drained by a scheduled active check" in kept.reason
+def test_the_holes_the_table_closes():
+    """Each of these once put a faulty node back into service or undid an admin's state (issue 35)."""
+    def verb(holder: str, path: str, verdict: str) -> str:
+        return drain_rule.decide(HELD[holder], path, verdict, FINDINGS, "weekly").verb
+
+    # A scheduled check's drain outlives the passive checks: their failure does not overwrite it (their next pass
+    # would then have resumed it), and their pass does not resume it; cluster --drain is an active check too.
+    for path in ("health-check", "prolog"):
+        assert verb("active", path, "fail") == verb("active", path, "pass") == "keep"
+    assert drain_rule.holder_of(slurm.NodeState("n1", "IDLE+DRAIN", drain_rule.drain_reason(
+        FINDINGS, drain_rule.head_of("cluster")))) == "active"
+    # The upgrade: an admin's DOWN or FAIL is not its own, nor is an active check's drain.
+    for holder in ("down", "fail", "active", "admin-drain"):
+        assert verb(holder, "upgrade", "fail") == verb(holder, "upgrade", "pass") == "keep"
+    # A pending reboot: a resume would cancel it (measured on slurmctld 22.05), a drain would replace its reason.
+    assert {verb("reboot", path, v) for path in drain_rule.PATHS for v in drain_rule.VERDICTS} == {"keep"}
+    kept = drain_rule.decide(HELD["active"], "health-check", "pass", [])
+    assert "a passive check cannot see what it saw" in kept.reason
     assert "scontrol update nodename=n1 state=resume" in kept.reason
-    assert slurm.decide(drained, "pass", [], scheduled="daily").verb == "resume"
-    assert slurm.decide(drained, "fail", ["gpu.xid Xid 79"]).verb == "drain"  # a new fault, seen passively: said
+
+
+def test_docs_slurm_md_shows_the_table_the_code_follows():
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "slurm.md").read_text()
+    assert drain_rule.render_table() in docs, "docs/slurm.md's table differs: paste `gpucheck slurm table` there"
 
 
 def test_the_same_failure_again_leaves_the_drain_as_it_is():
-    reason = slurm.drain_reason(["gpu.xid Xid 79 on GPU2"])
-    assert reason == OURS.reason
-    assert slurm.decide(OURS, "fail", ["gpu.xid Xid 79 on GPU2"]).verb == "keep"
+    reason = drain_rule.drain_reason(["gpu.xid Xid 79 on GPU2"])
+    assert reason == HELD["passive"].reason
+    assert drain_rule.decide(HELD["passive"], "health-check", "fail", ["gpu.xid Xid 79 on GPU2"]).verb == "keep"
+    scheduled = drain_rule.decide(HELD["nobody"], "scheduled", "fail", ["gpu.burn GPU3 95 C > 87 C"], "weekly")
+    assert scheduled.reason == "gpucheck: scheduled weekly: gpu.burn GPU3 95 C > 87 C"
 
 
 def test_exit_codes_map_to_verdicts_and_warnings_are_no_reason_to_drain():
-    assert [slurm.verdict_of(code) for code in (0, 1, 2, 3)] == ["pass", "pass", "fail", "error"]
+    assert [drain_rule.verdict_of(code) for code in (0, 1, 2, 3)] == ["pass", "pass", "fail", "error"]
 
 
 def test_the_reason_is_one_line_with_the_prefix_and_bounded():
-    reason = slurm.drain_reason(["gpu.ecc_errors GPU3:\n2 errors", "host.disk " + "x" * 400])
+    reason = drain_rule.drain_reason(["gpu.ecc_errors GPU3:\n2 errors", "host.disk " + "x" * 400])
     assert reason.startswith("gpucheck: gpu.ecc_errors GPU3: 2 errors; host.disk xxx") and "\n" not in reason
-    assert len(reason) == slurm.REASON_MAX and reason.endswith("…")
+    assert len(reason) == drain_rule.REASON_MAX and reason.endswith("…")
 
 
 def test_show_node_reads_state_and_the_whole_reason(fake_bin, monkeypatch):
@@ -74,7 +106,16 @@ def test_show_node_reads_state_and_the_whole_reason(fake_bin, monkeypatch):
     monkeypatch.setenv("PATH", fake_bin.path())
     node = slurm.show_node("gpu-a")
     assert node == slurm.NodeState("gpu-a", "IDLE+DRAIN", "gpucheck: gpu.ecc_errors 3 uncorrected")
-    assert node.drained and node.ours
+    assert node.drained and drain_rule.holder_of(node) == "passive"
+
+
+def test_a_comment_that_says_reason_is_not_the_reason(fake_bin, monkeypatch):
+    """The Reason line is the record's own; an admin's Comment above it that holds "Reason=" is not read as one."""
+    fake_bin.add("scontrol", "NodeName=gpu-a Arch=x86_64\n   State=IDLE+DRAIN ThreadsPerCore=1\n"
+                             "   Comment=moved Reason=gpucheck: gpu.x y\n"
+                             "   Reason=PSU swap [root@2026-11-23T19:15:55]\n")
+    monkeypatch.setenv("PATH", fake_bin.path())
+    assert drain_rule.holder_of(slurm.show_node("gpu-a")) == "admin-drain"
 
 
 @pytest.mark.parametrize("said, meaning", [
@@ -93,20 +134,6 @@ def test_every_refusal_is_one_line_saying_what_it_means(fake_bin, monkeypatch, s
     assert str(caught.value).startswith(meaning) and "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("state, reason", [
-    ("DOWN", "admin: PSU swap"), ("DOWN+DRAIN", "admin: PSU swap"), ("FAIL", "RMA 4411"), ("IDLE+MAINT", ""),
-    ("MIXED+FAIL", "failing DIMM"), ("DOWN*", "Not responding"), ("IDLE+MAINT+DRAIN", "firmware"),
-])
-def test_a_node_someone_else_took_out_of_service_is_never_drained_over_or_resumed(state, reason):
-    """An admin's DOWN, FAIL or MAINT (with or without DRAIN) was drained over with a gpucheck: reason and later
-    resumed: their state is theirs to end."""
-    node = slurm.NodeState("n1", state, reason)
-    for verdict in ("fail", "pass", "error"):
-        action = slurm.decide(node, verdict, ["gpu.ecc_errors 2 uncorrected"])
-        assert action.verb == "keep", (verdict, action)
-    assert f"already {state} by someone else" in slurm.decide(node, "fail", ["x"]).reason
-
-
 @pytest.mark.parametrize("name", ["gpu-[01-26]", "a,b", "gpu-*", "gpu-0?", "gpu 1", "", "n=1"])
 def test_a_name_that_is_not_one_node_is_refused_before_scontrol_is_asked(fake_bin, monkeypatch, name):
     """`scontrol update nodename=gpu-[01-26]` drains 26 nodes: gpucheck acts on exactly the node it judged."""
@@ -114,7 +141,8 @@ def test_a_name_that_is_not_one_node_is_refused_before_scontrol_is_asked(fake_bi
     fake_bin.add("scontrol", "NodeName=x State=IDLE\n")
     (fake_bin.dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\n")
     monkeypatch.setenv("PATH", fake_bin.path())
-    for attempt in (lambda: slurm.show_node(name), lambda: slurm.apply(slurm.Action("drain", name, "gpucheck: x"))):
+    for attempt in (lambda: slurm.show_node(name), lambda: slurm.this_node(name),
+                    lambda: drain_rule.apply(drain_rule.Action("drain", name, "gpucheck: x"))):
         with pytest.raises(slurm.SlurmError, match="is not one Slurm node name"):
             attempt()
     assert not log.exists()
@@ -124,5 +152,17 @@ def test_a_refused_drain_says_drain_not_resume(fake_bin, monkeypatch):
     fake_bin.add("scontrol", "slurm_update error: Invalid node state specified", 1)
     monkeypatch.setenv("PATH", fake_bin.path())
     with pytest.raises(slurm.SlurmError) as caught:
-        slurm.apply(slurm.Action("drain", "n1", "gpucheck: x"))
+        drain_rule.apply(drain_rule.Action("drain", "n1", "gpucheck: x"))
     assert str(caught.value).startswith("Slurm refused to drain n1:") and "resume" not in str(caught.value)
+
+
+def test_gpucheck_slurm_refuses_a_hostlist_and_an_empty_reason_in_one_line(capsys):
+    from gpucheck.main import main
+
+    assert main(["slurm", "show", "gpu-[01-26]"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("gpucheck: slurm: 'gpu-[01-26]' is not one Slurm node name") and err.count("\n") == 1
+    with pytest.raises(SystemExit) as done:
+        main(["slurm", "apply", "gpu-a", "--as", "cluster", "--fail", " "])
+    assert done.value.code == 3 and "--fail needs a reason" in capsys.readouterr().err
+    assert main(["slurm", "table"]) == 0 and capsys.readouterr().out == drain_rule.render_table()

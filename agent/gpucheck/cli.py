@@ -260,15 +260,19 @@ def write_textfile(path: str | None, report: Any) -> str | None:
 
 
 def tell_slurm(node: str | None, report: Any, scheduled: str | None = None) -> int:
-    """Drain or resume this node in Slurm by the report's verdict (slurm.decide); the exit code --slurm gives."""
-    from . import slurm
+    """Drain or resume this node in Slurm by the report's verdict and drain_rule's table; the exit code --slurm
+    gives. The path is the scheduled check's, a prolog's or epilog's (Slurm says so in SLURM_SCRIPT_CONTEXT), else
+    the health check's."""
+    from . import drain_rule, slurm
 
-    verdict = slurm.verdict_of(report.exit_code)
+    context = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
+    path = "scheduled" if scheduled else "prolog" if context.startswith(("prolog", "epilog")) else "health-check"
+    verdict = drain_rule.verdict_of(report.exit_code)
     findings = [f"{r.check} {r.reason}".strip() for r in report.results if r.status.value == "fail"]
     try:
         current = slurm.show_node(slurm.this_node(node))
-        action = slurm.decide(current, verdict, findings, scheduled)
-        slurm.apply(action)
+        action = drain_rule.decide(current, path, verdict, findings, scheduled)
+        drain_rule.apply(action)
     except slurm.SlurmError as exc:
         print(f"gpucheck: slurm: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

@@ -25,10 +25,12 @@ examples:
   gpucheck profiles                      which profiles exist, which one this node gets
   gpucheck checks                        every check id and what it verifies
   gpucheck diff before.json after.json   what an upgrade changed: versions, verdicts, figures
+  gpucheck verify after.json --driver '550.*'   does a saved report pass, on that driver
   gpucheck history show node07           node07's figures over its last runs (every cluster run is recorded)
   gpucheck history collect -i inventory/prod   every node's kept reports (health checks, scheduled checks)
   gpucheck rma 3                         GPU3's evidence for the vendor in one archive: identity, failures, Xids
   gpucheck schedule                      daily light checks and a weekly burn-in on idle nodes, as Slurm jobs
+  gpucheck slurm show gpu-a17            who holds the node in Slurm (an admin, a gpucheck check, the upgrade)
 
 Each command's description, options, exit codes and examples: gpucheck COMMAND --help
 """
@@ -55,10 +57,11 @@ def _cluster(sub: Any) -> Handlers:
 
 
 def _diff(sub: Any) -> Handlers:
-    from .history import diff_cli
+    from .history import diff_cli, verify_cli
 
     diff_cli.add_parser(sub)
-    return {"diff": diff_cli.run}
+    verify_cli.add_parser(sub)
+    return {"diff": diff_cli.run, "verify": verify_cli.run}
 
 
 def _history(sub: Any) -> Handlers:
@@ -83,6 +86,13 @@ def _rma(sub: Any) -> Handlers:
     return {"rma": rma_cli.run}
 
 
+def _slurm(sub: Any) -> Handlers:
+    from . import slurm_cli
+
+    slurm_cli.add_parser(sub)
+    return {"slurm": slurm_cli.run}
+
+
 def _schedule(sub: Any) -> Handlers:
     from .schedule import schedule_cli
 
@@ -92,8 +102,9 @@ def _schedule(sub: Any) -> Handlers:
 
 # In the order `gpucheck --help` lists them.
 COMMANDS: list[tuple[tuple[str, ...], Callable[[Any], Handlers]]] = [
-    (("node", "parse", "profiles", "checks", "net"), _node_side), (("cluster",), _cluster), (("diff",), _diff),
-    (("history",), _history), (("kept",), _kept), (("rma",), _rma), (("schedule",), _schedule)]
+    (("node", "parse", "profiles", "checks", "net"), _node_side), (("cluster",), _cluster), (("diff", "verify"), _diff),
+    (("history",), _history), (("kept",), _kept), (("rma",), _rma), (("schedule",), _schedule),
+    (("slurm",), _slurm)]
 
 
 def _build(command: str | None) -> tuple[Parser, Handlers]:

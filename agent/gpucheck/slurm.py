@@ -1,10 +1,9 @@
-"""Telling Slurm what gpucheck found, through `scontrol`: drain a failed node with a `gpucheck:` reason, resume it
-once it passes, and never touch a drain someone else made (LBNL NHC's rule: an admin's own drain is never undone).
+"""Slurm's side, through its client commands: a node's state and reason (`show_node`), this machine's NodeName
+(`this_node`), every node (`all_nodes`), and `scontrol` itself. What gpucheck may do with a node it judged is
+drain_rule's; this module only reads and runs.
 
-One job: read a node's state and reason, and drain or resume it. `gpucheck node --slurm` (HealthCheckProgram,
-prolog, epilog) and `gpucheck cluster --drain` both decide with `decide` and act with `apply`. Whatever
-scontrol says when it cannot (not installed, slurmctld down, a node Slurm does not know, no permission) is a
-SlurmError with one line, never a traceback. Clients find the cluster as scontrol does: SLURM_CONF, else
+Whatever a client says when it cannot (not installed, slurmctld down, a node Slurm does not know, no permission) is
+a SlurmError with one line, never a traceback. Clients find the cluster as scontrol does: SLURM_CONF, else
 /etc/slurm/slurm.conf.
 """
 
@@ -15,17 +14,8 @@ import re
 import socket
 from dataclasses import dataclass
 
-from .model import EXIT_FAIL, EXIT_UNKNOWN
 from .process import run
 
-REASON_PREFIX = "gpucheck:"  # a resume undoes only the drains that carry it
-# The rolling upgrade's drain (playbooks/upgrade.yml): a node half-way through its upgrade, or stopped by one, may
-# pass the passive checks, and must not be put back by them; only the upgrade resumes it.
-UPGRADE_PREFIX = "gpucheck: upgrade"
-# A scheduled active check's drain (gpucheck schedule, docs/slurm.md): the passive health check cannot see what an
-# active check saw (a slow GPU, a memory fault under load), so its pass must not put the node back.
-SCHEDULED_PREFIX = "gpucheck: scheduled"
-REASON_MAX = 240  # Slurm keeps longer reasons, but sinfo -R and squeue show the first few dozen characters
 SCONTROL_TIMEOUT_S = 30.0
 # What scontrol prints when it cannot do what it was asked, and what that means here.
 KNOWN_FAILURES = (
@@ -63,11 +53,6 @@ class NodeState:
         return "DRAIN" in self.flags or self.state.startswith("DRAIN")
 
     @property
-    def out_of_service(self) -> bool:
-        """Drained, down, failed or in maintenance: taken out of service by whoever set that state."""
-        return bool(self.flags & OUT_OF_SERVICE) or self.drained
-
-    @property
     def gpus(self) -> int:
         """The GPUs Slurm has as this node's GRES (gpu:8, gpu:h100:8(S:0-1), several types summed)."""
         counts = re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", self.gres)
@@ -83,23 +68,10 @@ class NodeState:
         """A job runs (or is ending) there: its GPUs are someone's, no active check may load them."""
         return bool(self.flags & {"ALLOCATED", "ALLOC", "MIXED", "COMPLETING", "COMP"})
 
-    @property
-    def ours(self) -> bool:
-        return self.reason.startswith(REASON_PREFIX)
-
-    @property
-    def upgrading(self) -> bool:
-        return self.drained and self.reason.startswith(UPGRADE_PREFIX)
-
-    @property
-    def drained_by_scheduled_check(self) -> bool:
-        return self.drained and self.reason.startswith(SCHEDULED_PREFIX)
 
 
 # A node name scontrol would read as more than one node (a hostlist: gpu-[01-26], a,b, gpu-*) or as nothing.
 NOT_ONE_NODE = re.compile(r"[\[\],*?\s=]|^$")
-# States in which someone (an admin, or Slurm itself) took the node out of service: theirs to end, not gpucheck's.
-OUT_OF_SERVICE = {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING", "MAINT"}
 
 
 def one_node(name: str) -> str:
@@ -164,7 +136,9 @@ def _node_state(name: str, text: str) -> NodeState:
     """One node's record as scontrol prints it, on its own lines or --oneliner: Reason runs to the end of its line
     (less the "[user@time]" Slurm appends), "(null)" is nothing."""
     state = re.search(r"(?:^|\s)State=(\S+)", text)
-    reason = re.search(r"(?:^|\s)Reason=(.*)$", text, re.M)
+    # Reason is the record's last field: on a line of its own (show node NAME), or the rest of the line
+    # (--oneliner). A line that starts with it is preferred: an admin's Comment before it may hold "Reason=".
+    reason = re.search(r"^\s*Reason=(.*)$", text, re.M) or re.search(r"(?:^|\s)Reason=(.*)$", text, re.M)
     gres = re.search(r"(?:^|\s)Gres=(\S+)", text)
 
     def value(m: re.Match[str] | None) -> str:
@@ -176,84 +150,21 @@ def _node_state(name: str, text: str) -> NodeState:
 
 def this_node(explicit: str | None = None) -> str:
     """This machine's NodeName in Slurm: `explicit`, else $SLURMD_NODENAME (set in prologs and epilogs), else the
-    node whose NodeName or NodeHostName is this host's name (short or full)."""
-    if explicit:
-        return explicit
+    node whose NodeName or NodeHostName is this host's name (short or full), as sinfo lists them: two columns of
+    Slurm's own, never a search of a node's free text (a drain reason, a comment) that could name another host."""
+    if explicit is not None:
+        return one_node(explicit)
     if os.environ.get("SLURMD_NODENAME"):
-        return os.environ["SLURMD_NODENAME"]
+        return one_node(os.environ["SLURMD_NODENAME"])
     full = socket.gethostname()
     names = {full, full.split(".")[0]}
-    listing = scontrol(["show", "node", "--oneliner"])
-    for line in listing.splitlines():
-        fields = dict(re.findall(r"(\w+)=(\S+)", line))
-        if fields.get("NodeName") in names or fields.get("NodeHostName") in names:
-            return fields["NodeName"]
+    listing = client("sinfo", ["--all", "--noheader", "--Node", "--format=%N|%n"])
+    found = {node for node, host in (line.strip().split("|", 1) for line in listing.splitlines() if "|" in line)
+             if node in names or host in names}
+    if len(found) == 1:
+        return found.pop()
+    if found:
+        raise SlurmError(f"Slurm has more than one node for {' or '.join(sorted(names))} ({', '.join(sorted(found))}):"
+                         " pass this node's name with --slurm-node")
     raise SlurmError(f"Slurm knows no node named {' or '.join(sorted(names))} (NodeName or NodeHostName): "
                      "pass the node's name with --slurm-node")
-
-
-def drain_reason(findings: list[str], scheduled: str | None = None) -> str:
-    """`gpucheck: <check> <reason>[; ...]` on one line (`gpucheck: scheduled KIND: ...` for a scheduled active
-    check), at most REASON_MAX characters."""
-    text = " ".join("; ".join(findings).split())
-    head = f"{SCHEDULED_PREFIX} {scheduled}:" if scheduled else REASON_PREFIX
-    reason = f"{head} {text}".strip()
-    return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
-
-
-@dataclass(frozen=True)
-class Action:
-    verb: str  # drain | resume | keep
-    node: str
-    reason: str  # the drain reason, or why nothing is done
-
-    def describe(self) -> str:
-        if self.verb == "drain":
-            return f"drained {self.node}: {self.reason}"
-        if self.verb == "resume":
-            return f"resumed {self.node} (its drain was gpucheck's: {self.reason})"
-        return f"left {self.node} as it is: {self.reason}"
-
-
-def verdict_of(exit_code: int) -> str:
-    """fail (a check failed), error (could not judge, nothing failed) or pass (warnings are no reason to drain)."""
-    return "fail" if exit_code == EXIT_FAIL else "error" if exit_code == EXIT_UNKNOWN else "pass"
-
-
-def decide(current: NodeState, verdict: str, findings: list[str], scheduled: str | None = None) -> Action:
-    """What to do with a node gpucheck judged: `verdict` is fail (drain), pass (resume a drain of ours) or
-    error (could not judge: change nothing, a blip must never drain a node or put a bad one back). `scheduled`:
-    the kind of scheduled active check that judged it (gpucheck schedule), None for any other run."""
-    name = current.name
-    if current.upgrading and verdict != "error":
-        return Action("keep", name, f"drained by gpucheck's rolling upgrade ({current.reason}): only the upgrade "
-                                    "(playbooks/upgrade.yml) resumes it")
-    if verdict == "fail":
-        if current.out_of_service and not current.ours:
-            return Action("keep", name, f"already {current.state} by someone else ({current.reason or 'no reason'}): "
-                                        "gpucheck leaves an admin's state alone")
-        reason = drain_reason(findings, scheduled)
-        if current.drained and current.reason == reason:
-            return Action("keep", name, f"already drained for the same reason ({reason})")
-        return Action("drain", name, reason)
-    if verdict == "pass":
-        if current.drained_by_scheduled_check and not scheduled:
-            return Action("keep", name, f"drained by a scheduled active check ({current.reason}): this run cannot "
-                                        "see what that check saw; resume it once repaired (scontrol update "
-                                        f"nodename={name} state=resume)")
-        if current.drained and current.ours:
-            return Action("resume", name, current.reason)
-        why = f"drained by someone else ({current.reason or 'no reason'}): only its owner resumes it" \
-            if current.drained else f"in service ({current.state})"
-        return Action("keep", name, why)
-    return Action("keep", name, "gpucheck could not judge it (a harness error): a node is never drained or resumed "
-                                "on a run that proved nothing")
-
-
-def apply(action: Action) -> None:
-    if action.verb == "drain":
-        scontrol(["update", f"nodename={one_node(action.node)}", "state=drain", f"reason={action.reason}"], action.node,
-                 "drain")
-    elif action.verb == "resume":
-        scontrol(["update", f"nodename={one_node(action.node)}", "state=resume"], action.node,
-                 "resume (a node whose slurmd does not respond cannot be resumed)")

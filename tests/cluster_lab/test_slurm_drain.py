@@ -1,5 +1,5 @@
 """`gpucheck cluster --drain` (cluster/slurm/drain.py) against a real Slurm (tests/slurmkit.py): the report's drain
-list drained with its `gpucheck:` reasons, a node that passed resumed only from gpucheck's own drain, an admin's
+list drained with `gpucheck: cluster:` reasons, a node that passed resumed only from gpucheck's own drain, an admin's
 drain and a node that could not be checked left alone, a node Slurm does not know one line of its own."""
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def test_the_drain_list_is_drained_and_a_repaired_node_resumed(slurm):
     assert actions == {"gpu-a": "resume", "gpu-b": "drain", "gpu-c": "keep", "gpu-d": "keep"}
     assert "DRAIN" not in slurm.state("gpu-a")[0]
     state, reason = slurm.state("gpu-b")
-    assert "DRAIN" in state and reason == "gpucheck: gpu.ecc_errors GPU3: 2 volatile uncorrected ECC error(s)"
+    assert "DRAIN" in state
+    assert reason == "gpucheck: cluster: gpu.ecc_errors GPU3: 2 volatile uncorrected ECC error(s)"
     assert slurm.state("gpu-c")[1] == "DIMM replacement"
     assert "DRAIN" not in slurm.state("gpu-d")[0]
     again, _ = apply_drain(ctx, doc)  # the same report twice: nothing changes

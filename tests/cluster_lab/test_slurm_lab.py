@@ -83,9 +83,9 @@ def test_cluster_drain_drains_the_faulty_node_and_resumes_it_once_repaired(slurm
     done, doc, _ = run_cluster(limit, tmp_path / "first")
     actions = {a["node"]: a["action"] for a in doc["slurm"]}
     assert actions == {"node01": "keep", "node02": "keep", FAULTY: "drain"}, done.stdout + done.stderr
-    assert f"slurm: drained {FAULTY}: gpucheck: gpu.ecc_errors" in done.stdout
+    assert f"slurm: drained {FAULTY}: gpucheck: cluster: gpu.ecc_errors" in done.stdout
     state, reason = node(slurm, FAULTY)
-    assert "DRAIN" in state and reason.startswith("gpucheck: gpu.ecc_errors")
+    assert "DRAIN" in state and reason.startswith("gpucheck: cluster: gpu.ecc_errors")  # an active check's drain
     lab("fault", FAULTY, "scenario", "dgx-h100", timeout=120)  # repaired
     try:
         done, doc, _ = run_cluster(limit, tmp_path / "repaired")

@@ -152,6 +152,12 @@ def test_the_batch_script_runs_the_check_then_queues_the_next_with_the_same_sche
     (["--daily", "5m"], "at least 10 minutes between two checks"),
     (["--daily", "often"], "a duration such as 1d"),
     (["--weekly-args", "--full --output /tmp/x"], "--output is the scheduled job's own"),
+    # another node, in every spelling gpucheck node's parser accepts: the job must judge the node it runs on
+    (["--daily-args", "--slurm-node gpu-b"], "--slurm-node is the scheduled job's own"),
+    (["--daily-args=--slurm-n=gpu-b"], "--slurm-node is the scheduled job's own"),
+    (["--daily-args", "--slurm-no gpu-b --full"], "--slurm-node is the scheduled job's own"),
+    (["--weekly-args", "--sched daily"], "--scheduled is the scheduled job's own"),
+    (["--weekly-args", "--full --bogus"], "not options gpucheck node takes"),
     (["--daily-args", "--full 'unclosed"], "No closing quotation"),
     (["--next", "daily"], "--next and --node go together"),
     (["--daily", "0", "--weekly", "0"], "every kind of check is off"),

@@ -7,9 +7,9 @@ import datetime as dt
 from typing import Any
 
 from .. import __version__
+from ..drain_rule import drain_reason
 from ..model import EXIT_UNKNOWN, Result, Status, exit_code, worst
 from ..report.cluster.writer import node_file
-from ..slurm import drain_reason
 from .context import ClusterContext, ClusterResult, NodeOutcome
 
 

@@ -43,20 +43,23 @@ def add_parser(sub: Any) -> None:
     diff.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
 
 
+def load_report(path: str) -> Any:
+    """A report file's JSON, or one line and exit 3 saying why it is none."""
+    try:
+        data = read_file(path, MAX_REPORT_B)
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}")
+    if len(data) > MAX_REPORT_B:
+        fail(f"{path}: more than {MAX_REPORT_B // 2**20} MiB, not a gpucheck report")
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        fail(f"{path}: not JSON ({exc}): give reports written with --format json, or a cluster report's "
+             "report.json")
+
+
 def run(args: argparse.Namespace) -> int:
-    docs = []
-    for path in (args.before, args.after):
-        try:
-            data = read_file(path, MAX_REPORT_B)
-        except OSError as exc:
-            fail(f"cannot read {path}: {exc.strerror or exc}")
-        if len(data) > MAX_REPORT_B:
-            fail(f"{path}: more than {MAX_REPORT_B // 2**20} MiB, not a gpucheck report")
-        try:
-            docs.append(json.loads(data))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            fail(f"{path}: not JSON ({exc}): give reports written with --format json, or a cluster report's "
-                 "report.json")
+    docs = [load_report(path) for path in (args.before, args.after)]
     try:
         diffs = diff_runs(docs[0], docs[1], args.before, args.after, args.noise)
     except DiffError as exc:

@@ -7,7 +7,7 @@ import argparse
 import os
 import re
 import shlex
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import slurm
 from ..cli_types import fail
@@ -50,14 +50,38 @@ def duration(text: str) -> int:
     return value
 
 
+class _Refused(Exception):
+    pass
+
+
+class _QuietParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _Refused(message)
+
+
+# The scheduled job's own options: what it sets itself (which node, how it tells Slurm, where the report goes).
+JOBS_OWN = ("scheduled", "slurm", "slurm_node", "format", "output")
+
+
 def node_args(text: str) -> list[str]:
+    """`gpucheck node`'s options for a scheduled check, read by gpucheck node's own parser: every spelling it
+    accepts (--slurm-n gpu-b, --slurm-node=gpu-b, -o x) is caught, not just the full names."""
+    from .. import cli
+
     try:
         argv = shlex.split(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
-    taken = {"--scheduled", "--slurm", "--slurm-node", "--format", "--output"} & {a.split("=")[0] for a in argv}
+    parser = _QuietParser(prog="gpucheck", add_help=False)
+    cli.add_parsers(parser.add_subparsers(dest="command", parser_class=_QuietParser))
+    defaults = parser.parse_args(["node"])
+    try:
+        given = parser.parse_args(["node", *argv])
+    except _Refused as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: not options gpucheck node takes ({exc})") from None
+    taken = [f"--{dest.replace('_', '-')}" for dest in JOBS_OWN if getattr(given, dest) != getattr(defaults, dest)]
     if taken:
-        raise argparse.ArgumentTypeError(f"{', '.join(sorted(taken))} is the scheduled job's own")
+        raise argparse.ArgumentTypeError(f"{', '.join(taken)} is the scheduled job's own")
     return argv
 
 

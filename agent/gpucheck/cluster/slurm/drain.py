@@ -1,13 +1,14 @@
-"""`gpucheck cluster --drain`: the report's verdicts applied to Slurm through scontrol on this machine, by the rule
-`gpucheck node --slurm` follows (slurm.decide): a node on the drain list is drained with its `gpucheck:` reason
-(unless someone else drained it), a node that passed is resumed if gpucheck drained it, a node that could not
-be checked is left as it is. A node's Slurm name is its inventory name, or its `slurm_node_name` host variable."""
+"""`gpucheck cluster --drain`: the report's verdicts applied to Slurm through scontrol on this machine, by
+drain_rule's table for the `cluster` path (an active check's): a node on the drain list is drained with a
+`gpucheck: cluster:` reason (unless someone else holds it), a node that passed is resumed if a gpucheck check
+drained it, a node that could not be checked is left as it is. A node's Slurm name is its inventory name, or its
+`slurm_node_name` host variable."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ... import slurm
+from ... import drain_rule, slurm
 from ...model import Status
 from ..context import ClusterContext
 from .jobs import slurm_name
@@ -23,7 +24,7 @@ def verdicts(ctx: ClusterContext, doc: dict[str, Any]) -> dict[str, tuple[str, l
     for node, entry in (doc.get("nodes") or {}).items():
         status = entry.get("status") if isinstance(entry, dict) else None
         if node in drain:
-            out[node] = ("fail", [str(drain[node]).removeprefix(slurm.REASON_PREFIX).strip()])
+            out[node] = ("fail", [str(drain[node]).removeprefix(drain_rule.REASON_PREFIX).strip()])
         elif status in (Status.PASS.value, Status.WARN.value):
             out[node] = ("pass", [])
         else:
@@ -33,12 +34,16 @@ def verdicts(ctx: ClusterContext, doc: dict[str, Any]) -> dict[str, tuple[str, l
 
 def apply_drain(ctx: ClusterContext, doc: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
     """([{"node", "slurm_node", "action", "text"}], the error that stopped it or None)."""
+    return apply_verdicts({node: (slurm_name(ctx, node), *judged) for node, judged in verdicts(ctx, doc).items()})
+
+
+def apply_verdicts(judged: dict[str, tuple[str, str, list[str]]]) -> tuple[list[dict[str, str]], str | None]:
+    """node -> (its Slurm name, verdict, findings), each applied by the table's `cluster` column."""
     done: list[dict[str, str]] = []
-    for node, (verdict, findings) in verdicts(ctx, doc).items():
-        name = slurm_name(ctx, node)
+    for node, (name, verdict, findings) in judged.items():
         try:
-            action = slurm.decide(slurm.show_node(name), verdict, findings)
-            slurm.apply(action)
+            action = drain_rule.decide(slurm.show_node(name), "cluster", verdict, findings)
+            drain_rule.apply(action)
         except slurm.SlurmError as exc:
             done.append({"node": node, "slurm_node": name, "action": "error", "text": str(exc)})
             if any(str(exc).startswith(prefix) for prefix in WHOLE_CLUSTER):
