@@ -4,7 +4,8 @@ An inventory's ssh options and the command line can hold passwords (a ProxyComma
 `sshpass -p`, a proxy URL with `user:password@`), and so can error messages that quote them. Every
 string written to the report directory (and the terminal summary) goes through `redact`: a
 ProxyCommand's value, anything after `-o ...Password`, the argument of `sshpass -p` and of a
-password option or assignment, and the password of a URL become REDACTED. A NaN or infinite float
+password option or assignment, a token's, secret's or API key's assignment, a bearer token, and the password of
+a URL become REDACTED. A NaN or infinite float
 (an agent's measurement) is written as the string "nan"/"inf"/"-inf": report.json stays JSON that
 any language reads."""
 
@@ -31,8 +32,14 @@ PATTERNS = (
     re.compile(r"""(?i)(\b\w*(?:password|passwd|_pass)\w*[ \t]*[=:][ \t]*)(""" + VALUE + ")"),
     # scheme://user:SECRET@host
     re.compile(r"""(?i)(\b[a-z][a-z0-9+.-]*://[^\s/@:'"]*:)([^\s/@'"]+)(?=@)"""),
+    # token=SECRET, HF_TOKEN: SECRET, client_secret=..., api_key=..., AWS_SECRET_ACCESS_KEY=... (a node's text
+    # quoting its environment or a config line)
+    re.compile(r"""(?i)(\b\w*(?:token|secret|api_?key|access_?key)\w*[ \t]*[=:][ \t]*)(""" + VALUE + ")"),
+    # Authorization: Bearer SECRET
+    re.compile(r"""(?i)(\bbearer[ \t]+)(""" + VALUE + ")"),
 )
-TRIGGER = re.compile(r"(?i)proxy|pass|://")  # no secret without one of these: the common case is fast
+# no secret without one of these: the common case is fast
+TRIGGER = re.compile(r"(?i)proxy|pass|://|token|secret|key|bearer")
 # What a terminal acts on instead of showing: C0 and C1 controls (an escape sequence, a carriage return, a bell)
 # and the Unicode line and paragraph separators. A tab is shown as it is.
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")

@@ -55,17 +55,44 @@ def mark(ctx: ClusterContext) -> list[str]:
 
 # ---------------------------------------------------------------- the verdict
 
-def test_a_shared_gpu_uuid_makes_the_second_entry_an_error_naming_the_first() -> None:
+def test_the_same_gpu_uuids_make_the_second_entry_an_error_naming_the_first() -> None:
     ctx = context({"node01": machine_report("node01", MACHINE_A, BOOT_1, GPUS_A),
-                   "node01-alias": machine_report("node01-alias", MACHINE_B, BOOT_2, [GPUS_B[0], GPUS_A[1]])})
+                   "node01-alias": machine_report("node01-alias", None, None, GPUS_A)})  # its ids unreadable
     assert mark(ctx) == ["node01-alias"]
     first, second = ctx.nodes["node01"], ctx.nodes["node01-alias"]
     assert first.status == Status.PASS and first.report is not None  # the first keeps its verdict
     assert second.status == Status.ERROR and second.kind == duplicates.KIND and second.report is None
-    assert second.reason.startswith("the same machine as node01 (GPU UUID GPU-15c4aacf…)")
+    assert second.reason.startswith("the same machine as node01 (GPU UUIDs GPU-15c4aacf… and 1 more)")
     assert "\n" not in second.reason
     assert "its own report: pass" in second.evidence
     assert handoff.overall_exit(ctx) == 3  # could not check everything (the inventory), not a failure
+
+
+@pytest.mark.parametrize("liar_first", [True, False], ids=["the-liar-first", "the-liar-second"])
+def test_a_node_that_claims_another_nodes_gpu_sets_neither_aside(liar_first: bool) -> None:
+    """A node can say anything: one that listed another machine's GPU UUID used to get that machine's real failure
+    set aside as a duplicate's (never drained). Both keep their verdicts; each is told of the other."""
+    honest = machine_report("node02", MACHINE_B, BOOT_2, GPUS_B, fail={"gpu.ecc_errors": "GPU1: 2 uncorrected"})
+    liar = machine_report("node01", MACHINE_A, BOOT_1, [GPUS_A[0], GPUS_B[1]])
+    ctx = context({"node01": liar, "node02": honest} if liar_first else {"node02": honest, "node01": liar})
+    assert mark(ctx) == []
+    assert ctx.nodes["node02"].status == Status.FAIL and ctx.nodes["node02"].report is not None
+    assert [node for node, _ in handoff.drain(ctx)] == ["node02"]  # the real failure is drained
+    assert ctx.nodes["node01"].status == Status.WARN  # a finding about both
+    for name, other in (("node01", "node02"), ("node02", "node01")):
+        assert (f"its machine facts contradict {other}'s (GPU UUID GPU-eb1b57b5…, from another machine by its ids)"
+                in ctx.nodes[name].reason), ctx.nodes[name].reason
+
+
+def test_one_machine_id_and_boot_id_with_other_gpus_is_no_duplicate() -> None:
+    """Two hosts answering with the same ids (a copied /etc/machine-id and a forged boot id) but other GPUs: the
+    second's failure used to be set aside as a duplicate's, never drained."""
+    ctx = context({"a": machine_report("a", MACHINE_A, BOOT_1, GPUS_A),
+                   "b": machine_report("b", MACHINE_A, BOOT_1, GPUS_B, fail={"gpu.xid": "Xid 79"})})
+    assert mark(ctx) == []
+    assert [node for node, _ in handoff.drain(ctx)] == ["b"]
+    assert "the same machine id and boot id with other GPUs" in ctx.nodes["a"].reason
+    assert ctx.nodes["a"].status == Status.WARN and ctx.nodes["b"].status == Status.FAIL
 
 
 def test_the_same_machine_id_and_boot_id_is_one_machine() -> None:
@@ -136,10 +163,10 @@ def test_of_three_entries_the_two_that_are_one_machine_are_named_and_counted_onc
 def test_a_third_entry_names_the_first_it_matches_in_inventory_order() -> None:
     ctx = context({"a": machine_report("a", MACHINE_A, BOOT_1, GPUS_A),
                    "b": machine_report("b", MACHINE_A, BOOT_1, GPUS_A),
-                   "c": machine_report("c", MACHINE_B, BOOT_2, GPUS_A[:1])})
+                   "c": machine_report("c", None, None, GPUS_A)})
     assert mark(ctx) == ["b", "c"]
     assert ctx.nodes["b"].reason.startswith("the same machine as a ")
-    assert ctx.nodes["c"].reason.startswith("the same machine as a (GPU UUID GPU-b27db3ff…)")
+    assert ctx.nodes["c"].reason.startswith("the same machine as a (GPU UUIDs GPU-15c4aacf… and 1 more)")
 
 
 def test_every_report_format_shows_the_error_on_the_second_entry() -> None:

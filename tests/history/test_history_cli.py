@@ -8,6 +8,8 @@ import csv
 import io
 import json
 import sqlite3
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -207,3 +209,37 @@ def test_a_secret_a_node_wrote_never_reaches_the_store(tmp_path: Path) -> None:
     assert reasons == ["pip could not reach https://alice:[redacted]@proxy.example:3128 for cupy"], reasons
     assert "s3cretPW" not in "".join(blobs) and "proxy.example" in "".join(blobs)
     assert "hunter2" not in sources[0] and "[redacted]" in sources[0], sources
+
+
+def test_reading_a_store_creates_and_changes_no_file(tmp_path: Path, reports: Path) -> None:
+    """Each command that only reads runs with the store's folder mounted read-only (a mount namespace of its own):
+    one that opened the file to write, or made a journal (a WAL store's -wal and -shm), fails there. The store
+    was also made by an older gpucheck in WAL mode: the next writer switches it back, once."""
+    store = tmp_path / "h.sqlite"
+    assert history(tmp_path, "import", str(reports)).returncode == 0
+    with sqlite3.connect(store) as db:  # as gpucheck before this change left its stores
+        db.execute("PRAGMA journal_mode=WAL")
+    assert history(tmp_path, "import", str(reports)).returncode == 0  # a writer: back to a rollback journal
+    before = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in tmp_path.iterdir())
+    gpucheck = f"PYTHONPATH={Path(__file__).resolve().parents[2] / 'agent'} {sys.executable} -m gpucheck history"
+    for verb in ("runs", "show gpu07", f"show {UUID}", "baseline gpu07", "offenders", "export --format csv"):
+        done = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro '{tmp_path}' '{tmp_path}' && "
+                               f"{gpucheck} {verb} --store '{store}'"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout, (verb, done.stderr)
+    assert sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in tmp_path.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite", "reports"]
+
+
+def test_a_spreadsheet_never_reads_a_nodes_text_as_a_formula(tmp_path: Path) -> None:
+    """OWASP's CSV injection: a check or figure name a node wrote that starts with =, +, - or @ stays text in
+    `history export` (a leading '), and its control characters are escapes."""
+    doc = node_report("gpu07", "2026-11-01T03:00:00Z", 790.0)
+    gemm = next(r for r in doc["results"] if r["check"] == "gpu.gemm")
+    gemm["check"] = '=HYPERLINK("http://evil.example","x")\x1b[2J'
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    assert history(tmp_path, "import", str(tmp_path / "r.json")).returncode == 0
+    out = history(tmp_path, "export").stdout
+    assert "\x1b" not in out
+    checks = {row["check"] for row in csv.DictReader(io.StringIO(out))}
+    assert '\'=HYPERLINK("http://evil.example","x")\\x1b[2J' in checks, checks
+    assert not any(check.startswith(("=", "+", "-", "@")) for check in checks)

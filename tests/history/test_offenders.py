@@ -101,3 +101,18 @@ def test_a_gpu_failing_again_and_again_is_named_by_its_uuid_wherever_it_went(tmp
         store.record(from_document(moved), "gpu08-2")
         assert list(gpu_offenders(store, now=NOW)) == ["GPU1 (GPU-a) of gpu08"]
         assert list(gpu_offenders(store, failures=1, now=NOW)) == ["GPU1 (GPU-a) of gpu08", "GPU1 (GPU-b) of gpu07"]
+
+
+def test_a_node_that_claims_another_nodes_gpu_cannot_make_it_an_offender(tmp_path: Path) -> None:
+    """gpu66 lists gpu07's GPU-a as its own GPU0 and fails naming GPU0, three times, while gpu07 reports GPU-a
+    passing: GPU-a's failures on gpu66 are gpu66's to answer for, not gpu07's GPU's."""
+    with Store(tmp_path / "h.sqlite") as store:
+        for days_ago in (25, 15, 5):
+            store.record(from_document(gpu_report("gpu07", days_ago, None)), f"gpu07-{days_ago}")
+        for days_ago in (20, 12, 8):
+            failing = {"gpu.ecc_errors": "GPU0 (00000000:19:00.0): 2 uncorrected"}
+            store.record(from_document(gpu_report("gpu66", days_ago, failing)), f"gpu66-{days_ago}")
+            store.record(from_document(gpu_report("gpu66", days_ago - 1, None)), f"gpu66-{days_ago}-ok")
+        part = from_document(gpu_report("gpu07", 1, None)).nodes[0]
+        assert repeat_gpu_failures(store, part, day(1), failures=1, now=NOW) == {}
+        assert list(gpu_offenders(store, now=NOW)) == ["GPU0 (GPU-a) of gpu66"]  # its own runs only

@@ -124,3 +124,14 @@ def test_the_earliest_passing_run_is_the_baseline_whatever_the_import_order(tmp_
             store.record(run_of("gpu07", day, 790.0), str(day))
         assert store.query("SELECT nr.started FROM baselines b JOIN node_runs nr ON nr.id = b.node_run_id") == [
             {"started": "2026-11-02T03:00:00Z"}]
+
+
+def test_a_node_that_claims_another_nodes_gpu_does_not_set_its_baseline(tmp_path: Path) -> None:
+    """gpu66 lists gpu07's GPU as its own while gpu07 still reports it, with a faster figure: that GPU's baseline
+    would have been gpu66's (the latest baseline of any node it was in) and gpu07's steady 700 a 22 % drop. A
+    UUID two nodes report in overlapping time keeps its past per node (gpu_claims.py)."""
+    with store_with(tmp_path, [700.0, 701.0, 699.0, 700.0, 700.0]) as store:
+        for day in (3, 4):
+            store.record(run_of("gpu66", day, 900.0), f"liar-{day}")
+        findings, based = compare(store, run_of("gpu07", 20, 700.0).nodes[0], started="2026-11-20T03:00:00Z")
+    assert based and drops(findings) == []

@@ -107,9 +107,9 @@ def add_parser(sub: Any) -> tuple[Any, Parser]:
     return verbs, common
 
 
-def open_store(args: argparse.Namespace, create: bool) -> Store:
+def open_store(args: argparse.Namespace, create: bool, reading: bool) -> Store:
     try:
-        return Store(args.store or default_path(), create=create)
+        return Store(args.store or default_path(), create=create, reading=reading)
     except HistoryError as exc:
         fail(str(exc))
     except RuntimeError as exc:  # no home directory for the default
@@ -117,7 +117,8 @@ def open_store(args: argparse.Namespace, create: bool) -> Store:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_store(args, create=args.verb == "import") as store:
+    writes = args.verb == "import" or (args.verb == "baseline" and args.set)
+    with open_store(args, create=args.verb == "import", reading=not writes) as store:
         return {"import": do_import, "runs": do_runs, "show": do_show, "baseline": do_baseline,
                 "offenders": do_offenders, "export": do_export}[args.verb](store, args)
 
@@ -211,6 +212,19 @@ def do_offenders(store: Store, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# A cell a spreadsheet would read as a formula (=, +, -, @ first, or a tab or CR before one): OWASP's CSV injection.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A node's text as a spreadsheet may show it: never a formula (a leading ' keeps it text), no control
+    character; numbers as they are."""
+    if not isinstance(value, str):
+        return value
+    text = shown(value)
+    return "'" + text if value.startswith(FORMULA_START) else text
+
+
 def do_export(store: Store, args: argparse.Namespace) -> int:
     rows = queries.figure_rows(store, queries.Selection(node=args.node, since=args.since))
     for row in rows:
@@ -222,7 +236,7 @@ def do_export(store: Store, args: argparse.Namespace) -> int:
         out = io.StringIO()
         writer = csv.DictWriter(out, EXPORT_COLUMNS, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
         text = out.getvalue()
     if args.output is None:
         sys.stdout.write(text)

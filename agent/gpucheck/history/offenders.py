@@ -5,13 +5,15 @@ minutes until the node was drained and repaired) is the same failure; it counts 
 
 A GPU failed in a run when a failing check names it (gpu_names.py: GPUn with its index in that run, its UUID or
 its bus id); it is followed by its UUID, so a GPU moved to another node keeps its failures. A node run that failed
-for another reason neither starts nor ends a failure of the GPU."""
+for another reason neither starts nor ends a failure of the GPU. A UUID two nodes report in overlapping time
+(gpu_claims.py) is counted per node: no node can give another node's GPU its failures."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 
+from . import gpu_claims
 from .gpu_names import names_gpu
 from .records import CLUSTER, NodeRun
 from .store import Store
@@ -122,12 +124,18 @@ def repeat_gpu_failures(store: Store, part: NodeRun, started: str, failures: int
     gpus = [(index, uuid, bus) for index, uuid, bus, _ in part.gpus if uuid]
     if not gpus:  # a report that names no GPU (older agents): its GPUs cannot be followed
         return {}
-    past = gpu_history(store, since(now or dt.datetime.now(dt.timezone.utc), days), [u for _, u, _ in gpus])
+    start = since(now or dt.datetime.now(dt.timezone.utc), days)
+    uuids = [u for _, u, _ in gpus]
+    past = gpu_history(store, start, uuids)
+    known = gpu_claims.spans(store, uuids, start)
+    gpu_claims.with_run(known, part.node, uuids, started)
+    disputed = gpu_claims.contested(known)
     failed = [(check, reason or "") for check, status, reason in part.results if status == "fail"]
     found = {}
     for index, uuid, bus in gpus:
         status, what = gpu_verdict(part.status, failed, index, uuid, bus)
-        runs = [run[:3] for run in past.get(uuid, [])] + [(started, status, what)]
+        mine = [run for run in past.get(uuid, []) if uuid not in disputed or run[3] == part.node]
+        runs = [run[:3] for run in mine] + [(started, status, what)]
         if len(items := failures_of(runs)) >= failures:
             found[gpu_label(uuid, part.node, index)] = items
     return found
@@ -135,9 +143,15 @@ def repeat_gpu_failures(store: Store, part: NodeRun, started: str, failures: int
 
 def gpu_offenders(store: Store, failures: int = DEFAULT_FAILURES, days: int = DEFAULT_DAYS,
                   now: dt.datetime | None = None) -> dict[str, list[Failure]]:
-    """Every GPU of the store with at least `failures` separate failures within `days`, named where it was last."""
+    """Every GPU of the store with at least `failures` separate failures within `days`, named where it was last
+    (a contested UUID: once for each node that reported it, with that node's runs only)."""
+    start = since(now or dt.datetime.now(dt.timezone.utc), days)
+    history = gpu_history(store, start)
+    disputed = gpu_claims.contested(gpu_claims.spans(store, sorted(history), start))
     found = {}
-    for uuid, runs in gpu_history(store, since(now or dt.datetime.now(dt.timezone.utc), days)).items():
-        if len(items := failures_of([run[:3] for run in runs])) >= failures:
-            found[gpu_label(uuid, runs[-1][3], runs[-1][4])] = items
+    for uuid, runs in history.items():
+        apart = [[run for run in runs if run[3] == node] for node in sorted({run[3] for run in runs})]
+        for part in apart if uuid in disputed else [runs]:
+            if len(items := failures_of([run[:3] for run in part])) >= failures:
+                found[gpu_label(uuid, part[-1][3], part[-1][4])] = items
     return found

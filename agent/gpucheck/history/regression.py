@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
+from . import gpu_claims
 from .diff import is_rate, number
 from .records import NODE_GPU, NodeRun
 from .store import Store
@@ -74,9 +76,14 @@ def followed(check: str, figure: str) -> bool:
     return is_rate(f"{check} {figure}") and not SPREAD.search(figure)
 
 
-def key_of(node: str, gpu: int, uuid: str | None) -> Any:
-    """What the past knows a figure's owner by: the node for its own figures, a GPU by its UUID, else its index."""
-    return ("node", node) if gpu == NODE_GPU else uuid or (node, gpu)
+def key_of(node: str, gpu: int, uuid: str | None, disputed: Container[str] = ()) -> Any:
+    """What the past knows a figure's owner by: the node for its own figures, a GPU by its UUID (with the node, for
+    a UUID two nodes report at once: gpu_claims.py), else its index."""
+    if gpu == NODE_GPU:
+        return ("node", node)
+    if uuid and uuid not in disputed:
+        return uuid
+    return (node, uuid or gpu)
 
 
 def past_values(store: Store, node_runs: list[int]) -> list[dict[str, Any]]:
@@ -91,16 +98,27 @@ def past_values(store: Store, node_runs: list[int]) -> list[dict[str, Any]]:
         WHERE nr.id IN ({marks})""", tuple(node_runs))
 
 
-def baseline_runs(store: Store, part: NodeRun) -> list[int]:
-    """The node's baseline, and for each of its GPUs the latest baseline of any node that GPU was in."""
+def baseline_runs(store: Store, part: NodeRun, disputed: Container[str] = ()) -> list[int]:
+    """The node's baseline, and for each of its GPUs the latest baseline of any node that GPU was in (of this node
+    only, for a UUID another node reports at the same time)."""
     found = [r["node_run_id"] for r in store.query("SELECT node_run_id FROM baselines WHERE node = ?", (part.node,))]
     for _, uuid, _, _ in part.gpus:
         if uuid:
-            found += [r["id"] for r in store.query("""
+            only_here = uuid in disputed
+            found += [r["id"] for r in store.query(f"""
                 SELECT nr.id FROM baselines b JOIN node_runs nr ON nr.id = b.node_run_id
                 JOIN gpus g ON g.node_run_id = nr.id JOIN gpu_ids gi ON gi.id = g.gpu_id
-                WHERE gi.uuid = ? ORDER BY nr.started DESC LIMIT 1""", (uuid,))]
+                WHERE gi.uuid = ?{' AND nr.node = ?' if only_here else ''} ORDER BY nr.started DESC LIMIT 1""",
+                (uuid, part.node) if only_here else (uuid,))]
     return sorted(set(found))
+
+
+def disputed_uuids(store: Store, part: NodeRun, started: str) -> set[str]:
+    """The node run's GPU UUIDs another node reports in overlapping time, this run (at `started`) included."""
+    uuids = [uuid for _, uuid, _, _ in part.gpus if uuid]
+    known = gpu_claims.spans(store, uuids, "")
+    gpu_claims.with_run(known, part.node, uuids, started)
+    return set(gpu_claims.contested(known))
 
 
 def recent_runs(store: Store, node: str, count: int) -> list[int]:
@@ -109,18 +127,21 @@ def recent_runs(store: Store, node: str, count: int) -> list[int]:
 
 
 def compare(store: Store, part: NodeRun, drop_pct: float = DEFAULT_DROP_PCT,
-            recent: int = DEFAULT_RECENT_RUNS) -> tuple[list[Finding], bool]:
-    """(what got worse, whether there was a baseline to compare with) for one node's run not yet recorded."""
-    baselines, earlier = baseline_runs(store, part), recent_runs(store, part.node, recent)
+            recent: int = DEFAULT_RECENT_RUNS, started: str = "9999") -> tuple[list[Finding], bool]:
+    """(what got worse, whether there was a baseline to compare with) for one node's run not yet recorded (at
+    `started`; by default after everything recorded)."""
+    disputed = disputed_uuids(store, part, started)
+    baselines, earlier = baseline_runs(store, part, disputed), recent_runs(store, part.node, recent)
     rows = past_values(store, sorted(set(baselines) | set(earlier)))
     by_key: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        by_key.setdefault((key_of(row["node"], row["gpu"], row["uuid"]), row["check"], row["figure"]), []).append(row)
+        key = key_of(row["node"], row["gpu"], row["uuid"], disputed)
+        by_key.setdefault((key, row["check"], row["figure"]), []).append(row)
     uuids = {index: uuid for index, uuid, _, _ in part.gpus}
     statuses = {check: status for check, status, _ in part.results}
     findings = []
     for check, figure, unit, gpu, value in part.figures:
-        past = by_key.get((key_of(part.node, gpu, uuids.get(gpu)), check, figure), [])
+        past = by_key.get((key_of(part.node, gpu, uuids.get(gpu), disputed), check, figure), [])
         if not past:
             continue
         if check in COUNTER_CHECKS:

@@ -1,7 +1,9 @@
 """The history store: every run gpucheck was given, in one SQLite file on the admin node (docs/history.md).
 
 One transaction per run (BEGIN IMMEDIATE): a run is there whole or not at all, whatever kills its writer, and
-writers queue behind each other (WAL: readers never wait). The schema is versioned (PRAGMA user_version) and
+writers queue behind each other. A command that only reads opens the file read-only (`reading=True`) and creates
+or changes no file: the store keeps a rollback journal, which only a writer makes (a WAL store makes every reader
+create its -wal and -shm files). The schema is versioned (PRAGMA user_version) and
 migrated forward when a newer gpucheck opens the file; a file made by a newer gpucheck, or that is not ours
 (PRAGMA application_id), is refused. Names that repeat in every run (figure names, checks, versions, GPU
 identities) are kept once and referred to by number: a year of daily runs of 1,000 8-GPU nodes stays small."""
@@ -106,21 +108,23 @@ def default_path(environ: Mapping[str, str] | None = None) -> Path:
 class Store:
     """An open history store. Use as a context manager, or close()."""
 
-    def __init__(self, path: Path, create: bool = True):
+    def __init__(self, path: Path, create: bool = True, reading: bool = False):
         self.path = path
-        if not create and not path.exists():
+        if (reading or not create) and not path.exists():
             raise HistoryError(f"no history store at {path} (`gpucheck history import` or `gpucheck cluster` makes "
                                "one)")
+        self.ids: dict[tuple[str, tuple], int] = {}  # interned names of committed transactions
+        if reading:
+            self.open_to_read()
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(path, timeout=BUSY_S, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise HistoryError(f"cannot open the history store {path}: {exc}") from None
-        self.ids: dict[tuple[str, tuple], int] = {}  # interned names of committed transactions
         try:
-            self.wal()
+            self.rollback_journal()
             self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: a power cut may lose the last run, never corrupt
             self.migrate()
         except sqlite3.OperationalError as exc:
             self.db.close()
@@ -132,13 +136,35 @@ class Store:
             self.db.close()
             raise
 
-    def wal(self) -> None:
-        """WAL mode, which the file keeps. Switching takes the file to itself and SQLite does not wait for that
-        (no busy handler): another process opening the new store at the same moment is waited for here."""
+    def open_to_read(self) -> None:
+        """Read-only, the schema checked and never migrated: reading changes nothing, not even a journal."""
+        try:
+            self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_S,
+                                      isolation_level=None)
+            header = (self.db.execute("PRAGMA application_id").fetchone()[0],
+                      self.db.execute("PRAGMA user_version").fetchone()[0])
+        except (OSError, sqlite3.Error) as exc:
+            with contextlib.suppress(AttributeError):
+                self.db.close()
+            raise HistoryError(f"cannot read the history store {self.path}: {exc}") from None
+        if header == (APPLICATION_ID, SCHEMA_VERSION):
+            return
+        self.db.close()
+        if header[0] != APPLICATION_ID:
+            raise HistoryError(f"{self.path}: an SQLite file that is not a gpucheck history store")
+        newer = header[1] > SCHEMA_VERSION
+        raise HistoryError(f"{self.path}: made by {'a newer' if newer else 'an older'} gpucheck (schema {header[1]}; "
+                           f"this one reads {SCHEMA_VERSION}): " + ("use that gpucheck" if newer else
+                           "the next `gpucheck cluster` or `gpucheck history import` brings it up to date"))
+
+    def rollback_journal(self) -> None:
+        """A rollback journal, which the file keeps (a store an older gpucheck made in WAL mode is switched back).
+        Switching takes the file to itself and SQLite does not wait for that (no busy handler): another process
+        opening the store at the same moment is waited for here."""
         deadline = time.monotonic() + BUSY_S
         while True:
             try:
-                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA journal_mode=DELETE")
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -167,7 +193,7 @@ class Store:
         self.db.execute("COMMIT")
 
     def migrate(self) -> None:
-        """Brings the file to this schema. A store already there is only read: a reader never waits for a writer."""
+        """Brings the file to this schema; a store already there is only read."""
         header = (self.db.execute("PRAGMA application_id").fetchone()[0],
                   self.db.execute("PRAGMA user_version").fetchone()[0])
         if header == (APPLICATION_ID, SCHEMA_VERSION):

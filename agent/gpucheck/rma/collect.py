@@ -90,7 +90,7 @@ def fleet(store_path: Path, models: list[str], checks: list[str]) -> tuple[list[
         return [], (f"no fleet comparison: no history store at {store_path} (run gpucheck rma where the store is, "
                     "or copy it here and give --store)")
     try:
-        with Store(store_path, create=False) as store:
+        with Store(store_path, reading=True) as store:
             return [row for model in models for row in queries.model_figures(store, model, checks)], None
     except HistoryError as exc:
         return [], f"no fleet comparison: {exc}"

@@ -3,7 +3,9 @@
   `history.regression_drop_pct` below its baseline or its recent median, an error counter that rose since the
   node's last run;
 - cluster.history.repeat_offender (history/offenders.py): a node, or one of its GPUs, that failed
-  `history.repeat_offender_failures` separate times within `history.repeat_offender_days`, this run included.
+  `history.repeat_offender_failures` separate times within `history.repeat_offender_days`, this run included;
+- cluster.history.gpu_claims (history/gpu_claims.py): a GPU UUID two nodes report in overlapping time, this run
+  included (a node's word only: one of the two is wrong), each node's GPU past then kept apart.
 Warn, naming the node (and the GPU); never a failure: the node's own checks judge it, this says what its past
 adds. The store is only read here; the run is recorded when it ends (cluster/cli.py)."""
 
@@ -12,8 +14,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict
 
-from ...history import trends
-from ...history.offenders import DEFAULT_DAYS, DEFAULT_FAILURES, repeat_failures, repeat_gpu_failures
+from ...history import gpu_claims, trends
+from ...history.offenders import DEFAULT_DAYS, DEFAULT_FAILURES, repeat_failures, repeat_gpu_failures, since
 from ...history.records import NodeRun, NotAReport, node_run, utc
 from ...history.regression import DEFAULT_DROP_PCT, DEFAULT_RECENT_RUNS, compare, followed
 from ...history.store import HistoryError, Store, default_path
@@ -22,8 +24,12 @@ from ..context import ClusterContext, ClusterResult
 
 CHECK = "cluster.history.regression"
 OFFENDER = "cluster.history.repeat_offender"
+CLAIMS = "cluster.history.gpu_claims"
 REMEDIATION = ("run `gpucheck node --full` on the node again; if the drop stays, compare its clocks, power and "
                "temperature with the baseline run (`gpucheck history show NODE`), then reseat or replace the GPU")
+CLAIMS_REMEDIATION = ("list each node's GPUs (nvidia-smi -L) and compare: a node that reports a GPU it does not have "
+                      "is misconfigured or not to be trusted; until then each node's GPU failures and baselines are "
+                      "counted apart")
 OFFENDER_REMEDIATION = ("take the node out of service and have the failing part replaced: a repair that does not "
                         "hold is a case for the vendor (its failures: `gpucheck history runs --node NODE`)")
 
@@ -35,7 +41,7 @@ def threshold(report: dict, key: str, default: float) -> float:
 
 
 def skipped(reason: str) -> list[Result]:
-    return [ClusterResult(CHECK, Status.SKIP, reason=reason), ClusterResult(OFFENDER, Status.SKIP, reason=reason)]
+    return [ClusterResult(check, Status.SKIP, reason=reason) for check in (CHECK, OFFENDER, CLAIMS)]
 
 
 def history_stage(ctx: ClusterContext) -> list[Result]:
@@ -48,7 +54,7 @@ def history_stage(ctx: ClusterContext) -> list[Result]:
     if not path.exists():
         return skipped(f"no history yet ({path}): this run starts it")
     try:
-        store = Store(path, create=False)
+        store = Store(path, reading=True)
     except HistoryError as exc:
         return skipped(f"the history store cannot be read: {exc}")
     now = dt.datetime.now(dt.timezone.utc)
@@ -57,7 +63,8 @@ def history_stage(ctx: ClusterContext) -> list[Result]:
              for name in ctx.checked()}
     with store:
         remember_view(ctx, store, parts, now)
-        return [regression(ctx, store, parts), repeat_offenders(ctx, store, parts, now)]
+        return [regression(ctx, store, parts, now), repeat_offenders(ctx, store, parts, now),
+                claims(store, parts, now)]
 
 
 def remember_view(ctx: ClusterContext, store: Store, parts: dict[str, NodeRun], now: dt.datetime) -> None:
@@ -82,13 +89,14 @@ def utc_or_none(text: object) -> str | None:
         return None
 
 
-def regression(ctx: ClusterContext, store: Store, parts: dict[str, NodeRun]) -> Result:
+def regression(ctx: ClusterContext, store: Store, parts: dict[str, NodeRun], now: dt.datetime) -> Result:
     blamed, measured, based, pct = {}, {}, [], DEFAULT_DROP_PCT
+    started = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     for name, part in parts.items():
         report = ctx.nodes[name].report or {}
         pct = threshold(report, "regression_drop_pct", DEFAULT_DROP_PCT)
         recent = int(threshold(report, "regression_recent_runs", DEFAULT_RECENT_RUNS))
-        findings, had_baseline = compare(store, part, pct, recent)
+        findings, had_baseline = compare(store, part, pct, recent, started)
         based += [name] if had_baseline else []
         if findings:
             blamed[name] = "; ".join(f.text() for f in findings)
@@ -125,3 +133,24 @@ def repeat_offenders(ctx: ClusterContext, store: Store, parts: dict[str, NodeRun
                              nodes=blamed)
     return ClusterResult(OFFENDER, Status.PASS, None, expected,
                          f"no node or GPU failed {failures} times in {days} days")
+
+
+def claims(store: Store, parts: dict[str, NodeRun], now: dt.datetime) -> Result:
+    """Each GPU UUID that two nodes report in overlapping time within the offenders' window, this run included."""
+    started = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    uuids = {name: [uuid for _, uuid, _, _ in part.gpus if uuid] for name, part in parts.items()}
+    known = gpu_claims.spans(store, sorted({u for found in uuids.values() for u in found}), since(now, DEFAULT_DAYS))
+    for name, found in uuids.items():
+        gpu_claims.with_run(known, name, found, started)
+    blamed: dict[str, list[str]] = {}
+    for uuid, pairs in gpu_claims.contested(known).items():
+        for a, b in pairs:
+            blamed.setdefault(a, []).append(f"{uuid} is also reported by {b}")
+            blamed.setdefault(b, []).append(f"{uuid} is also reported by {a}")
+    expected = "each GPU UUID reported by one node at a time"
+    if not blamed:
+        return ClusterResult(CLAIMS, Status.PASS, None, expected, f"no GPU UUID reported by two nodes at once "
+                                                                 f"within {DEFAULT_DAYS} days")
+    why = {node: "; ".join(items) for node, items in sorted(blamed.items())}
+    return ClusterResult(CLAIMS, Status.WARN, {n: sorted(items) for n, items in blamed.items()}, expected,
+                         "; ".join(f"{node}: {text}" for node, text in why.items()), CLAIMS_REMEDIATION, nodes=why)
