@@ -129,10 +129,10 @@ def decide(current: NodeState, path: str, verdict: str, findings: list[str], sch
         return Action("drain", name, reason, holder)
     if verb == "resume":
         return Action("resume", name, current.reason, holder)
-    return Action("keep", name, _why_kept(current, holder, path, verdict), holder)
+    return Action("keep", name, _why_kept(current, holder, verdict), holder)
 
 
-def _why_kept(current: NodeState, holder: str, path: str, verdict: str) -> str:
+def _why_kept(current: NodeState, holder: str, verdict: str) -> str:
     said = current.reason or "no reason"
     if verdict == "error":
         return ("gpucheck could not judge it (a harness error): a node is never drained or resumed on a run that "

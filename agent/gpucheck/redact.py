@@ -48,7 +48,13 @@ CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 def for_terminal(text: str, newlines: bool = False) -> str:
     """`text` as the admin's terminal may print it: redacted, and what a node printed that a terminal would act on
     (`\\x1b]0;...`, `\\r`) written as an escape; newlines too, unless the text is made of lines (`newlines`)."""
-    shown = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", redact(text))
+    return escaped(redact(text), newlines)
+
+
+def escaped(text: str, newlines: bool = False) -> str:
+    """`text` with what a terminal would act on written as an escape (newlines too, unless `newlines`): for text
+    already redacted, such as a report file rendered from a cleaned document."""
+    shown = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
     return shown if newlines else shown.replace("\n", "\\n")
 
 

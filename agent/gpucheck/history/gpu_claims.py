@@ -7,6 +7,7 @@ reported it moved, and its past moves with it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import combinations
 
 from .store import Store
@@ -27,11 +28,24 @@ def spans(store: Store, uuids: list[str], start: str) -> dict[str, dict[str, Spa
     return found
 
 
+def spans_from(reports: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, Span]]:
+    """uuid -> node -> (first, last) from (uuid, node, started) rows a caller already read (what `spans` asks
+    SQLite for)."""
+    found: dict[str, dict[str, Span]] = {}
+    for uuid, node, started in reports:
+        _widen(found, uuid, node, started)
+    return found
+
+
 def with_run(known: dict[str, dict[str, Span]], node: str, uuids: list[str], started: str) -> None:
     """Add a run not recorded yet (node, its UUIDs, when) to `known`."""
     for uuid in uuids:
-        first, last = known.setdefault(uuid, {}).get(node, (started, started))
-        known[uuid][node] = (min(first, started), max(last, started))
+        _widen(known, uuid, node, started)
+
+
+def _widen(known: dict[str, dict[str, Span]], uuid: str, node: str, started: str) -> None:
+    first, last = known.setdefault(uuid, {}).get(node, (started, started))
+    known[uuid][node] = (min(first, started), max(last, started))
 
 
 def overlapping(nodes: dict[str, Span]) -> list[tuple[str, str]]:

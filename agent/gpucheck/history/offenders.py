@@ -113,6 +113,11 @@ def gpu_history(store: Store, start: str, uuids: list[str] | None = None) -> dic
     return found
 
 
+def claims_in(history: dict[str, list[tuple]]) -> dict[str, dict[str, gpu_claims.Span]]:
+    """Which node reported each UUID when, from the runs gpu_history read (no second query)."""
+    return gpu_claims.spans_from((uuid, run[3], run[0]) for uuid, runs in history.items() for run in runs)
+
+
 def gpu_label(uuid: str, node: str, index: int) -> str:
     return f"GPU{index} ({uuid}) of {node}"
 
@@ -127,7 +132,7 @@ def repeat_gpu_failures(store: Store, part: NodeRun, started: str, failures: int
     start = since(now or dt.datetime.now(dt.timezone.utc), days)
     uuids = [u for _, u, _ in gpus]
     past = gpu_history(store, start, uuids)
-    known = gpu_claims.spans(store, uuids, start)
+    known = claims_in(past)
     gpu_claims.with_run(known, part.node, uuids, started)
     disputed = gpu_claims.contested(known)
     failed = [(check, reason or "") for check, status, reason in part.results if status == "fail"]
@@ -147,7 +152,7 @@ def gpu_offenders(store: Store, failures: int = DEFAULT_FAILURES, days: int = DE
     (a contested UUID: once for each node that reported it, with that node's runs only)."""
     start = since(now or dt.datetime.now(dt.timezone.utc), days)
     history = gpu_history(store, start)
-    disputed = gpu_claims.contested(gpu_claims.spans(store, sorted(history), start))
+    disputed = gpu_claims.contested(claims_in(history))
     found = {}
     for uuid, runs in history.items():
         apart = [[run for run in runs if run[3] == node] for node in sorted({run[3] for run in runs})]

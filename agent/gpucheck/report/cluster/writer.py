@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...files import user_state_dir, write_atomically
-from ...redact import clean, for_terminal
+from ...redact import clean, escaped
 from .drain import render_drain
 from .html import render_html
 from .json import render_json
@@ -63,9 +63,10 @@ class ReportWriter:
     def write(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Every report file from `doc`; returns the document as written (redacted). The files a person reads
         (Markdown, HTML, XML, drain.txt) show a node's control characters as escapes: a terminal that prints them,
-        and an XML parser, would act on them or refuse the file; JSON escapes its own."""
+        and an XML parser, would act on them or refuse the file; JSON escapes its own. The document is redacted
+        once, before rendering."""
         written = clean(doc)
         for name, render in RENDERERS.items():
             text = render(written)
-            write_atomically(self.dir / name, text if name.endswith(".json") else for_terminal(text, newlines=True))
+            write_atomically(self.dir / name, text if name.endswith(".json") else escaped(text, newlines=True))
         return written
