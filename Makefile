@@ -6,7 +6,8 @@ STAMP   = $(VENV)/.installed
 
 # Test workers (pytest-xdist): the tests mostly wait on processes, hosts, apt, Ansible and Slurm, so more workers
 # than cores still overlap. The lab tests are one group on one worker (the machine holds one lab), started first;
-# the other workers take the rest a file at a time (tests/conftest.py: group, longest_first; docs/testing.md).
+# the other workers take the rest a file at a time, the files that mostly wait spread among the others
+# (tests/conftest.py: group, longest_first, hand_out_order; docs/testing.md).
 JOBS   ?= 3
 XDIST   = -n $(JOBS) --dist loadgroup --no-loadscope-reorder
 # Python keeps its bytecode during the tests, even where the environment sets PYTHONDONTWRITEBYTECODE (CI's does):

@@ -61,39 +61,75 @@ def group(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.xdist_group(group_of(item)))
 
 
-# pytest's cache: each group's seconds (setup, call and teardown of its tests) in the last run that ran it.
+# pytest's cache: each group's seconds (setup, call and teardown of its tests) in the last run that ran it, and the
+# CPU seconds its tests spent (the `cpu_s` of each test, below).
 GROUP_SECONDS = "gpucheck/group_seconds"
+GROUP_CPU_SECONDS = "gpucheck/group_cpu_seconds"
+WAITING = 0.5  # a group that keeps a CPU busy less than half its time mostly waits (timeouts, hung probes, peers)
+
+
+def hand_out_order(seconds: dict[str, float], cpu: dict[str, float]) -> list[str]:
+    """The groups in the order the workers get them: longest first, with the groups that mostly wait (timeouts,
+    hung probes, peers) spread evenly among those that compute, each stream longest first. Three workers share two
+    cores: a group that waits leaves a core to the others, and two that wait at once leave one idle. Handed out
+    by length alone, the waiting files came last, together (28 s of `make check`'s 5:20 idle); now their share of
+    the time handed out so far stays their share of the whole. A group whose CPU is not known counts as computing."""
+    by_length = sorted(seconds, key=lambda name: -seconds[name])
+    waiting = [name for name in by_length if cpu.get(name, seconds[name]) < WAITING * seconds[name]]
+    computing = [name for name in by_length if name not in set(waiting)]
+    share = sum(seconds[name] for name in waiting) / (sum(seconds.values()) or 1.0)
+    order: list[str] = []
+    handed = waited = 0.0
+    while computing or waiting:
+        after = seconds[waiting[0]] if waiting else 0.0
+        wait_next = bool(waiting) and (not computing or waited + after <= share * (handed + after))
+        name = (waiting if wait_next else computing).pop(0)
+        order.append(name)
+        handed += seconds[name]
+        waited += seconds[name] if wait_next else 0.0
+    return order
+
+
+def cached_times(config: pytest.Config, key: str) -> dict[str, float]:
+    cache = getattr(config, "cache", None)
+    known = cache.get(key, {}) if cache is not None else {}
+    return {k: v for k, v in known.items() if isinstance(v, int | float)} if isinstance(known, dict) else {}
 
 
 def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The lab tests first, in their own order, then the other groups, longest first by the last run's times (the
-    sort is stable: a first run keeps the collection order). Under `--no-loadscope-reorder` xdist hands out the
-    groups in this order: one worker starts the lab's long chain at once, and a long file never starts last and
-    leaves the other workers idle at the end. Every worker reads the same cache, so all collect the same order."""
-    cache = getattr(config, "cache", None)
-    known = cache.get(GROUP_SECONDS, {}) if cache is not None else {}
-    seconds = {k: v for k, v in known.items() if isinstance(v, int | float)} if isinstance(known, dict) else {}
-    items.sort(key=lambda item: (not item.get_closest_marker("lab"), -seconds.get(group_of(item), 0.0)))
+    """The lab tests first, in their own order, then the other groups in `hand_out_order`, by the last run's times
+    (the sort is stable: a first run keeps the collection order, a group not timed yet goes last). Under
+    `--no-loadscope-reorder` xdist hands out the groups in this order: one worker starts the lab's long chain at
+    once, and a long file never starts last and leaves the other workers idle at the end. Every worker reads the
+    same cache, so all collect the same order."""
+    here = {group_of(item) for item in items} - {LAB_GROUP}
+    seconds = {name: value for name, value in cached_times(config, GROUP_SECONDS).items() if name in here}
+    rank = {name: i for i, name in enumerate(hand_out_order(seconds, cached_times(config, GROUP_CPU_SECONDS)))}
+    items.sort(key=lambda item: (not item.get_closest_marker("lab"), rank.get(group_of(item), len(rank))))
 
 
 class GroupTimes:
-    """Writes GROUP_SECONDS at the end of a run, from the reports the controller (or a serial run) receives: the
-    groups this run ran get their new time, the others keep theirs."""
+    """Writes GROUP_SECONDS and GROUP_CPU_SECONDS at the end of a run, from the reports the controller (or a serial
+    run) receives: the groups this run ran get their new times, the others keep theirs."""
 
     def __init__(self, cache: pytest.Cache) -> None:
         self.cache = cache
         self.seconds: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         nodeid = plain_nodeid(report.nodeid)
         name = report.nodeid[len(nodeid) + 1:] or nodeid.split("::", 1)[0]  # xdist's `@group`, else the file
         self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
+        cpu = sum(value for key, value in report.user_properties if key == "cpu_s")
+        self.cpu[name] = self.cpu.get(name, 0.0) + (cpu if report.when == "teardown" else 0.0)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.seconds:
-            known = self.cache.get(GROUP_SECONDS, {})
-            self.cache.set(GROUP_SECONDS, {**(known if isinstance(known, dict) else {}),
-                                           **{k: round(v, 1) for k, v in self.seconds.items()}})
+        for key, times in ((GROUP_SECONDS, self.seconds), (GROUP_CPU_SECONDS, self.cpu)):
+            if times:
+                known = self.cache.get(key, {})
+                self.cache.set(key, {**(known if isinstance(known, dict) else {}),
+                                     **{k: round(v, 1) for k, v in times.items()}})
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected what it leaves out

@@ -185,31 +185,49 @@ def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_f
     assert by_worker[elsewhere], by_worker  # the other worker did not wait for the lab chain
 
 
-def test_after_a_run_the_longest_files_go_first_and_the_lab_before_them(tmp_path: Path) -> None:
-    """A run writes each group's seconds into pytest's cache (the groups it did not run keep theirs); the next run
-    hands out the lab group first, then the other files longest first, whatever their collection order."""
-    (tmp_path / "test_1_short.py").write_text(RECORD.replace("{tests}", "def test_s():\n    record('short')\n"))
-    (tmp_path / "test_2_lab.py").write_text(RECORD.replace("{tests}", "def test_l(lab2):\n    record('lab')\n"))
-    (tmp_path / "test_3_long.py").write_text(RECORD.replace("{tests}", "def test_g():\n    record('long')\n"))
+def test_after_a_run_the_lab_goes_first_and_the_files_that_wait_are_spread_among_the_longest_first(
+        tmp_path: Path) -> None:
+    """A run writes each group's seconds and CPU seconds into pytest's cache (the groups it did not run keep
+    theirs); the next run hands out the lab group first, then the other files longest first, the ones that mostly
+    wait among them so that their share of the time handed out stays their share of the whole, whatever the
+    collection order."""
+    # (seconds, CPU seconds) the next run reads; "wait1" and "wait2" mostly wait: 55 s of the 150
+    times = {"long": (60.0, 59.0), "wait1": (30.0, 1.0), "wait2": (25.0, 1.0), "mid": (20.0, 19.0),
+             "short": (10.0, 9.0), "tiny": (5.0, 4.0)}
+    collected = ["tiny", "wait2", "lab", "long", "wait1", "mid", "short"]
+    files = {f"test_{i}_{label}.py": label for i, label in enumerate(collected, 1)}
+    for name, label in files.items():
+        fixture = "lab2" if label == "lab" else ""
+        (tmp_path / name).write_text(RECORD.replace("{tests}", f"def test_x({fixture}):\n    record('{label}')\n"))
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
-    times = tmp_path / ".pytest_cache" / "v" / "gpucheck" / "group_seconds"
+    cache = tmp_path / ".pytest_cache" / "v" / "gpucheck"
     log = tmp_path / "grouping.log"
     os.environ["GROUPING_LOG"] = str(log)
     try:
         done = pytest_run(tmp_path, None, "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", cache=True)
         assert done.returncode == 0, outcome(done)
         first = [line.split()[1] for line in log.read_text().splitlines()]
-        recorded = json.loads(times.read_text())
-        times.write_text(json.dumps({"test_1_short.py": 1.0, "test_3_long.py": 40.0, "lab": 0.5, "gone.py": 7.0}))
+        recorded = {key: json.loads((cache / key).read_text()) for key in ("group_seconds", "group_cpu_seconds")}
+        by_file = {label: name for name, label in files.items()}
+        (cache / "group_seconds").write_text(json.dumps(
+            {**{by_file[label]: wall for label, (wall, _) in times.items()}, "lab": 900.0, "gone.py": 7.0}))
+        (cache / "group_cpu_seconds").write_text(json.dumps(
+            {by_file[label]: cpu for label, (_, cpu) in times.items()}))
         log.unlink()
         done = pytest_run(tmp_path, None, "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", cache=True)
     finally:
         del os.environ["GROUPING_LOG"]
     assert done.returncode == 0, outcome(done)
-    assert first == ["lab", "short", "long"]  # no times yet: the lab first, then the collection order
-    assert set(recorded) == {"test_1_short.py", "test_3_long.py", "lab"} and min(recorded.values()) >= 0, recorded
-    assert [line.split()[1] for line in log.read_text().splitlines()] == ["lab", "long", "short"]
-    assert json.loads(times.read_text())["gone.py"] == 7.0
+    # no times yet: the lab first, then the collection order
+    assert first == ["lab"] + [label for label in collected if label != "lab"], first
+    for recorded_times in recorded.values():
+        assert set(recorded_times) == {*files, "lab"} - {by_file["lab"]}, recorded
+        assert min(recorded_times.values()) >= 0, recorded
+    # by length alone: long, wait1, wait2, mid, short, tiny (the waits together); two computing files to one
+    # waiting: long, mid, wait1, short, tiny, wait2
+    assert [line.split()[1] for line in log.read_text().splitlines()] == [
+        "lab", "long", "wait1", "mid", "short", "tiny", "wait2"]
+    assert json.loads((cache / "group_seconds").read_text())["gone.py"] == 7.0
 
 
 def test_under_ci_a_run_that_collects_no_lab_test_is_not_concerned(project: Path) -> None:

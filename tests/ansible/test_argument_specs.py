@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
+import re
+
 import yaml
 
 ROLES = [
@@ -23,77 +24,74 @@ ROLES = [
 ]
 
 
-def run_role(ansible_repo, role: str, role_vars: dict, with_stacks: bool = True) -> str:
+# One ansible-playbook run for a table of cases: each host of the inventory includes one role with its variables.
+PLAY = [{"name": "Each host runs its role", "hosts": "all", "gather_facts": False,
+         "tasks": [{"ansible.builtin.include_role": {"name": "{{ role_under_test }}"}}]}]
+SECTION = re.compile(r"^TASK \[([^\]]*)\] \**\n(.*?)(?=^TASK \[|^PLAY RECAP)", re.S | re.M)
+
+
+def run_roles(ansible_repo, cases: dict[str, tuple[str, dict]], with_stacks: bool = True) -> dict[str, list]:
+    """`ansible-playbook --check` of PLAY on one local host per case ({host: (role, its variables)}): every host
+    fails; {role: [(task, what the run printed for it)]}."""
     playbook = ansible_repo.tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Run one role",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "roles": [{"role": role, "vars": role_vars}],
-                }
-            ]
-        )
-    )
+    playbook.write_text(yaml.safe_dump(PLAY))
+    hosts = {host: {"ansible_connection": "local", "role_under_test": role, **role_vars}
+             for host, (role, role_vars) in cases.items()}
     inventory = ansible_repo.tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}}))
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     stacks = ["-e", "@inventory/prod/group_vars/all/versions.yml"] if with_stacks else []
     result = ansible_repo.run("ansible-playbook", "--check", "-i", str(inventory), *stacks, str(playbook))
-    assert result.returncode != 0, result.stdout
-    return result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    recap = ansible_repo.recap(output)
+    assert set(recap) == set(cases) and all(counts["failed"] == 1 for counts in recap.values()), output[-4000:]
+    tasks: dict[str, list] = {}
+    for name, body in SECTION.findall(output):
+        role, _, task = name.partition(" : ")
+        tasks.setdefault(role, []).append((task, body))
+    return tasks
 
 
-@pytest.mark.parametrize(
-    ("role", "role_vars", "option"),
-    [
-        ("preflight", {"preflight_gpu_count": "eight"}, "preflight_gpu_count"),
-        (
-            "nvidia_driver",
-            {"nvidia_driver_source": "nvdia", "nvidia_driver_branch": "535", "nvidia_driver_version": "535.*"},
-            "nvidia_driver_source",
-        ),
-        (
-            "openmpi",
-            {"openmpi_cluster_network": "10.0.0.0/24", "openmpi_mca_params": ["btl", "tcp"]},
-            "openmpi_mca_params",
-        ),
-        (
-            "frameworks",
-            {"frameworks_catalog": {}, "frameworks_selected": "tf-horovod", "frameworks_horovod_build_timeout": "soon"},
-            "frameworks_horovod_build_timeout",
-        ),
-        ("dcgm", {"dcgm_cuda_major": "14"}, "dcgm_cuda_major"),
-        ("nccl_tests", {"nccl_tests_build_jobs": "many"}, "nccl_tests_build_jobs"),
-        ("gpucheck_agent", {"gpucheck_agent_gpu_extra": "cupy-cuda11x"}, "gpucheck_agent_gpu_extra"),
-        ("gpu_upgrade", {"gpu_upgrade_job_wait": "four hours"}, "gpu_upgrade_job_wait"),
-    ],
-)
-def test_wrong_type_fails_validation_naming_the_option(ansible_repo, role, role_vars, option) -> None:
-    output = run_role(ansible_repo, role, role_vars)
-    assert "Validating arguments against arg spec 'main'" in output
-    assert "Validation of arguments failed" in output
-    assert option in output.split("Validation of arguments failed", 1)[1]
-    # Validation is the role's first task: nothing after it ran.
-    assert f"TASK [{role} : " not in output.split("Validating arguments", 1)[1].split("PLAY RECAP")[0].replace(
-        f"TASK [{role} : Validating", ""
-    )
+def stopped_at_validation(tasks: dict[str, list], role: str, host: str) -> str:
+    """Why `host` failed validating `role`'s arguments, after checking that no task of the role ran after it
+    (validation is the role's first task)."""
+    ran = tasks.get(role, [])
+    assert [task for task, _ in ran if not task.startswith("Validating arguments against arg spec 'main'")] == [], ran
+    (body,) = [body for _, body in ran]
+    assert f"fatal: [{host}]: FAILED!" in body, body
+    return body.split(f"fatal: [{host}]: FAILED!", 1)[1]
 
 
-def test_missing_stack_pin_fails_validation(ansible_repo) -> None:
-    """The driver has no pin of its own: without a stack it stops at validation."""
-    output = run_role(ansible_repo, "nvidia_driver", {}, with_stacks=False)
-    assert "gpu_stack_versions" in output
+WRONG_TYPES = {
+    "preflight": ({"preflight_gpu_count": "eight"}, "preflight_gpu_count"),
+    "nvidia_driver": ({"nvidia_driver_source": "nvdia", "nvidia_driver_branch": "535",
+                       "nvidia_driver_version": "535.*"}, "nvidia_driver_source"),
+    "openmpi": ({"openmpi_cluster_network": "10.0.0.0/24", "openmpi_mca_params": ["btl", "tcp"]},
+                "openmpi_mca_params"),
+    "frameworks": ({"frameworks_catalog": {}, "frameworks_selected": "tf-horovod",
+                    "frameworks_horovod_build_timeout": "soon"}, "frameworks_horovod_build_timeout"),
+    "dcgm": ({"dcgm_cuda_major": "14"}, "dcgm_cuda_major"),
+    "nccl_tests": ({"nccl_tests_build_jobs": "many"}, "nccl_tests_build_jobs"),
+    "gpucheck_agent": ({"gpucheck_agent_gpu_extra": "cupy-cuda11x"}, "gpucheck_agent_gpu_extra"),
+    "gpu_upgrade": ({"gpu_upgrade_job_wait": "four hours"}, "gpu_upgrade_job_wait"),
+}
 
 
-def test_missing_burnin_pins_fail_validation(ansible_repo) -> None:
-    """DCGM and nccl-tests have no pins of their own either: without versions.yml's gpu_burnin_versions they stop
-    at validation, naming it."""
-    for role in ("dcgm", "nccl_tests"):
-        output = run_role(ansible_repo, role, {}, with_stacks=False)
-        assert "Validation of arguments failed" in output or "gpu_burnin_versions" in output, output[-2000:]
-        assert "gpu_burnin_versions" in output, output[-2000:]
+def test_a_wrong_type_fails_validation_naming_the_option_in_every_role(ansible_repo) -> None:
+    tasks = run_roles(ansible_repo, {f"wrong-{role}": (role, role_vars)
+                                     for role, (role_vars, _) in WRONG_TYPES.items()})
+    for role, (_, option) in WRONG_TYPES.items():
+        why = stopped_at_validation(tasks, role, f"wrong-{role}")
+        assert "Validation of arguments failed" in why and option in why.split("Validation of arguments failed")[1], why
+
+
+def test_missing_pins_fail_validation(ansible_repo) -> None:
+    """The driver has no pin of its own: without a stack it stops at validation. DCGM and nccl-tests have no pins of
+    their own either: without versions.yml's gpu_burnin_versions they stop at validation, naming it."""
+    missing = {"nvidia_driver": "gpu_stack_versions", "dcgm": "gpu_burnin_versions",
+               "nccl_tests": "gpu_burnin_versions"}
+    tasks = run_roles(ansible_repo, {f"bare-{role}": (role, {}) for role in missing}, with_stacks=False)
+    for role, pins in missing.items():
+        assert pins in stopped_at_validation(tasks, role, f"bare-{role}"), role
 
 
 def test_every_role_documents_and_types_every_default(ansible_repo) -> None:

@@ -54,19 +54,19 @@ def role_play(role: str, facts: bool = True, **options) -> list[dict]:
 # ------------------------------------------------------------------------------------------------- dcgm
 @needs_apt
 def test_dcgm_check_mode_names_the_pinned_packages_for_the_drivers_cuda(ansible_repo) -> None:
-    """NVIDIA's repository path with the prod pins: DCGM 4.5.2's core and cuda12 packages for the R535 stack, the
-    cuda13 package for an R580 one; nothing on this host changes (the repository is not configured yet)."""
+    """NVIDIA's repository path with the prod pins: DCGM 4.5.2's core and cuda13 packages for an R580 stack (the
+    R535 stack's cuda12 package: site.yml's production path in test_check_mode.py); nothing on this host changes
+    (the repository is not configured yet)."""
     sources = Path("/etc/apt/sources.list.d/nvidia-cuda.sources")
     existed = sources.exists()
-    pins = {"gpu_burnin_versions": {"dcgm_version": "4.5.2"}}
-    hosts = {"r535": {**pins, **stack("535", "12.2")}, "r580": {**pins, **stack("580", "13.0")}}
+    hosts = {"r580": {"gpu_burnin_versions": {"dcgm_version": "4.5.2"}, **stack("580", "13.0")}}
     code, output = play(ansible_repo, "dcgm", role_play("dcgm"), hosts, "--diff")
     text = flat(output)
     assert code == 0, output[-4000:]
-    assert ("A real run installs datacenter-gpu-manager-4-core=1:4.5.2-*, datacenter-gpu-manager-4-cuda12=1:4.5.2-* "
+    assert ("A real run installs datacenter-gpu-manager-4-core=1:4.5.2-*, datacenter-gpu-manager-4-cuda13=1:4.5.2-* "
             "(with their recommended packages), removes datacenter-gpu-manager, datacenter-gpu-manager-config and "
             "enables nvidia-dcgm") in text
-    assert "datacenter-gpu-manager-4-cuda13=1:4.5.2-*" in text
+    assert "datacenter-gpu-manager-4-cuda12" not in text
     assert "URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/" in output
     assert sources.exists() == existed
 

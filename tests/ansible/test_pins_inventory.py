@@ -5,11 +5,9 @@ a site whose stack's driver is too old for the profile it names."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
-import pytest
 import yaml
 
 from gpucheck import config, profiles
@@ -168,28 +166,54 @@ OLD = {"driver_branch": "470", "driver_version": "470.57.02"}
 GLOB = {"driver_branch": "535", "driver_version": "535.*"}
 
 
-@pytest.mark.parametrize("profile,stack,ok", [
-    ("hgx-h200", "tf-horovod", False),  # R535 cannot drive an H200
-    ("hgx-h200", "tf-horovod-r550", True),
-    ("dgx-h100", "tf-horovod", True),
-    ("dgx-a100", OLD, False),  # its minimum (535.54.03) is inherited from dgx-h100
-    ("lab", GLOB, True),  # the lab's glob: some 535 build can meet 535.54.03
-    ("auto", OLD, True),  # nothing to compare with
-])
-def test_preflight_stops_a_stack_too_old_for_the_expected_profile(ansible_repo, profile, stack, ok) -> None:
+CASES = {  # host: (profile, stack, passes)
+    "h200-r535": ("hgx-h200", "tf-horovod", False),  # R535 cannot drive an H200
+    "h200-r550": ("hgx-h200", "tf-horovod-r550", True),
+    "h100-r535": ("dgx-h100", "tf-horovod", True),
+    "a100-r470": ("dgx-a100", OLD, False),  # its minimum (535.54.03) is inherited from dgx-h100
+    "lab-glob": ("lab", GLOB, True),  # the lab's glob: some 535 build can meet 535.54.03
+    "auto-r470": ("auto", OLD, True),  # nothing to compare with
+}
+
+
+def host_lines(output: str) -> dict[str, str]:
+    """What the run printed for each host: its result lines (`ok: [h]`, `fatal: [h]: ...`) and what is indented
+    under them."""
+    found: dict[str, str] = {}
+    host = None
+    for line in output.splitlines():
+        if line[:1] in (" ", "\t") and host:
+            found[host] += line + "\n"
+            continue
+        head = line.split("[", 1)
+        host = head[1].split("]", 1)[0] if len(head) == 2 and head[0].rstrip(": ") in (
+            "ok", "fatal", "skipping", "changed") else None
+        if host:
+            found[host] = found.get(host, "") + line + "\n"
+    return found
+
+
+def test_preflight_stops_a_stack_too_old_for_the_expected_profile(ansible_repo) -> None:
+    """One run, a host for each case: the prod pins as the inventory's variables, each host's profile and stack."""
     play = ansible_repo.tmp_path / "play.yml"
     play.write_text(PREFLIGHT_PLAY)
-    hosts = ansible_repo.tmp_path / "hosts.yml"
-    hosts.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}}))
-    chosen = {"gpu_stack": stack, "gpucheck_profile": profile} if isinstance(stack, str) else {
-        "gpu_stack": "other", "gpu_stack_catalog": {"other": stack}, "gpucheck_profile": profile}
-    done = ansible_repo.run("ansible-playbook", "-i", str(hosts), "-e", "@inventory/prod/group_vars/all/versions.yml",
-                            "-e", json.dumps(chosen), str(play), timeout=300)
+    hosts = {host: {"ansible_connection": "local", "gpucheck_profile": profile,
+                    **({"gpu_stack": stack} if isinstance(stack, str) else
+                       {"gpu_stack": "other", "gpu_stack_catalog": {"other": stack}})}
+             for host, (profile, stack, _) in CASES.items()}
+    inventory = ansible_repo.tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"vars": catalog("prod"), "hosts": hosts}}))
+    done = ansible_repo.run("ansible-playbook", "-i", str(inventory), str(play), timeout=300)
     output = done.stdout + done.stderr
-    assert (done.returncode == 0) == ok, output[-3000:]
-    if not ok:
-        minimum, pin = ("550.54.14", "535.261.03") if profile == "hgx-h200" else ("535.54.03", "470.57.02")
-        assert f"gpucheck_profile '{profile}' needs driver {minimum} or newer" in output, output[-3000:]
-        assert f"pins driver {pin}" in output and "tf-horovod-r550" in output
-    else:  # compared and passed, or (auto) not compared at all
-        assert "needs driver" not in output and ("skipping: [localhost]" in output) == (profile == "auto"), output
+    recap, printed = ansible_repo.recap(output), host_lines(output)
+    assert set(recap) == set(CASES), output[-3000:]
+    for host, (profile, _, ok) in CASES.items():
+        said = " ".join(printed.get(host, "").split()).replace("''", "'")  # unfolded, unquoted (YAML results)
+        assert (recap[host]["failed"] == 0) == ok, (host, said)
+        if not ok:
+            minimum, pin = ("550.54.14", "535.261.03") if profile == "hgx-h200" else ("535.54.03", "470.57.02")
+            assert f"gpucheck_profile '{profile}' needs driver {minimum} or newer" in said, (host, said)
+            assert f"pins driver {pin}" in said and "tf-horovod-r550" in said, (host, said)
+        else:  # compared and passed, or (auto) not compared at all
+            assert "needs driver" not in said and said.startswith("skipping:" if profile == "auto" else "ok:"), \
+                (host, said)

@@ -1,6 +1,7 @@
-"""TensorFlow parameter-server training for real: chief + 2 workers + 1 ps, each its own process with the
-TF_CONFIG that gpucheck.workloads.launch builds, all on 127.0.0.1 (different ports); and the lab's layout
-(1 worker, then 3) with the lab's options, which must converge."""
+"""TensorFlow parameter-server training for real, in the lab's layout with the lab's options: chief + 3 workers
++ 1 ps, each its own process with the TF_CONFIG that gpucheck.workloads.launch builds, all on 127.0.0.1 (different
+ports), which must converge with every worker reading back the same variables; and chief + 1 worker + 1 ps, which
+must converge too. (Tasks over several hosts: test_launch.py plans them, the lab runs them.)"""
 
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ from gpucheck.workloads.launch import plan_ps_cluster, remote_command
 from gpucheck.workloads.results import judge_ps, parse_results
 
 SCRIPT = WORKLOADS / "smoke_tf_ps.py"
-ARGS = ["--steps", "40", "--warmup-steps", "8", "--batch-size", "32", "--seed", "7", "--timeout-s", "240",
-        "--chief-wait-s", "120", "--poll-s", "0.3"]
 TIMEOUT = 300
 # What the cluster stage runs in the lab (--smoke-steps 10: max(20, 3 * 10) steps, the rest at its defaults).
 LAB_ARGS = ["--steps", "30", "--timeout-s", "240", "--chief-wait-s", "120", "--poll-s", "0.3"]
+BATCH = 32  # smoke_tf_ps.py's default --batch-size
 
 
 def start_cluster(stack: Stack, tasks, args: list[str]) -> list[tuple[object, subprocess.Popen]]:
@@ -49,12 +49,18 @@ def collect(procs, timeout: float) -> dict[str, dict]:
     return out
 
 
+def run_cluster(stack: Stack, workers: int) -> tuple[list, dict[str, dict], float]:
+    """Chief + `workers` workers + 1 ps on 127.0.0.1 with the lab's options: (tasks, each task's output, seconds)."""
+    tasks = plan_ps_cluster(["127.0.0.1"], free_ports(workers + 2), num_ps=1, workers_per_host=workers)
+    start = time.monotonic()
+    out = collect(start_cluster(stack, tasks, LAB_ARGS), TIMEOUT)
+    return tasks, out, time.monotonic() - start
+
+
 @pytest.fixture(scope="module")
 def ps_run(tf_horovod: Stack):
-    tasks = plan_ps_cluster(["127.0.0.1", "127.0.0.1"], free_ports(4), num_ps=1, workers_per_host=1)
-    start = time.monotonic()
-    out = collect(start_cluster(tf_horovod, tasks, ARGS), TIMEOUT)
-    return tasks, out, time.monotonic() - start
+    """The lab's layout on 3 workers: one run (5 TensorFlow processes) that the tests below read."""
+    return run_cluster(tf_horovod, 3)
 
 
 def explain(out) -> str:
@@ -63,36 +69,38 @@ def explain(out) -> str:
 
 def test_ps_cluster_trains_and_every_worker_reads_back_the_same_variables(ps_run):
     tasks, out, seconds = ps_run
-    assert {k: v["code"] for k, v in out.items()} == {"chief0": 0, "worker0": 0, "worker1": 0, "ps0": 0}, explain(out)
+    assert {k: v["code"] for k, v in out.items()} == {"chief0": 0, "worker0": 0, "worker1": 0, "worker2": 0,
+                                                      "ps0": 0}, explain(out)
     results = [r for v in out.values() for r in parse_results(v["stdout"])]
-    verdict = judge_ps(results, {"chief": 1, "worker": 2, "ps": 1})
+    verdict = judge_ps(results, {"chief": 1, "worker": 3, "ps": 1})
     assert verdict["passed"], verdict["reasons"]
     chief = next(r for r in results if r["role"] == "chief")
     assert chief["loss_last"] < 0.5 * chief["loss_first"], chief
-    assert chief["num_workers"] == 2 and chief["num_ps"] == 1
+    assert chief["num_workers"] == 3 and chief["num_ps"] == 1
     # the variables live on the ps, the workers compute: "identical weights" = same bytes read back
     assert chief["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
     assert [w["devices"] for w in chief["workers"]] == [[f"/job:worker/replica:0/task:{i}/device:CPU:0"]
-                                                        for i in range(2)]
+                                                        for i in range(3)]
     assert {w["weights_sha256"] for w in chief["workers"]} == {chief["weights_sha256"]}
     assert all(w["eval_loss"] == pytest.approx(chief["loss_last"], rel=1e-5) for w in chief["workers"])
-    assert chief["steps_per_s"] > 0 and chief["samples_per_s"] == pytest.approx(chief["steps_per_s"] * 32, rel=1e-3)
+    assert chief["steps_per_s"] > 0
+    assert chief["samples_per_s"] == pytest.approx(chief["steps_per_s"] * BATCH, rel=1e-3)
     # the servers left on their own once the chief was gone
     for r in results:
         if r["role"] != "chief":
             assert r["chief_seen"] and r["exit_reason"] == "chief finished", r
-    print(f"\ntf-ps on localhost (chief + 2 workers + 1 ps): loss {chief['loss_first']:.5f} -> "
+    print(f"\ntf-ps on localhost (chief + 3 workers + 1 ps): loss {chief['loss_first']:.5f} -> "
           f"{chief['loss_last']:.5f}, {chief['steps_per_s']} steps/s, whole run {seconds:.1f} s")
 
 
 @pytest.mark.parametrize(("workers", "momentum"), [(1, 0.9), (3, 0.7)])
-def test_asynchronous_training_converges_as_the_lab_runs_it(tf_horovod: Stack, workers: int, momentum: float):
+def test_asynchronous_training_converges_as_the_lab_runs_it(request, tf_horovod: Stack, workers: int,
+                                                            momentum: float):
     """Chief + 1 or 3 workers + 1 ps with the lab's options. With one worker's settings the 3 workers' stale
     gradients diverged on CI (loss 0.77 -> 4.14); the effective step lr / (1 - momentum) is divided by the
     workers now (out of the momentum first, the rate ramped up over the first W updates), and one worker
     trains as before."""
-    tasks = plan_ps_cluster(["127.0.0.1"], free_ports(workers + 2), num_ps=1, workers_per_host=workers)
-    out = collect(start_cluster(tf_horovod, tasks, LAB_ARGS), TIMEOUT)
+    _, out, _ = request.getfixturevalue("ps_run") if workers == 3 else run_cluster(tf_horovod, workers)
     results = [r for v in out.values() for r in parse_results(v["stdout"])]
     chief = next((r for r in results if r["role"] == "chief"), None)
     assert chief is not None, explain(out)
