@@ -92,7 +92,8 @@ def test_the_same_fatal_xid_inside_the_look_back_fails(node):
     assert (code, result["status"]) == (2, "fail")
     assert result["reason"] == ("fatal: Xid 79 on 0000:3b:00; 1 older event before the window, not judged: "
                                 "Xid 48 on 0000:18:00 at 100 s after boot")
-    assert result["remediation"].startswith("drain the node")
+    assert result["remediation"].startswith("keep the evidence first (gpucheck rma): a reset or reboot clears what an "
+                                            "RMA needs; drain the node")
     assert not node.state.exists()
 
 

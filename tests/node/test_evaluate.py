@@ -7,11 +7,13 @@ NVML library; these cover the facts no fake can produce here (NUMA nodes, RAM si
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
 from gpucheck.model import Status
 from gpucheck.node import CollectError, bandwidth, gpu, health, host, infiniband, kernel_log, links, per_gpu
+from gpucheck.node.burnin import judge, p2p
 from gpucheck.profiles import load
 
 H100 = load("dgx-h100")
@@ -303,7 +305,8 @@ def test_a_field_error_is_reported_even_when_the_profile_skips_the_check():
 
 def test_the_remediation_names_the_faulty_gpu_by_its_index():
     result = health.ecc_errors(broken(lambda g: g["ecc_errors"].update(volatile_uncorrected=2)), H100)
-    assert result.remediation == ("drain the node and reset the GPU (nvidia-smi -r -i 3) or reboot; if errors "
+    assert result.remediation == ("keep the evidence first (gpucheck rma 3): a reset or reboot clears what an RMA "
+                                  "needs; drain the node and reset the GPU (nvidia-smi -r -i 3) or reboot; if errors "
                                   "return, open an RMA for the GPU")
     assert result.remediation.count("drain the node") == 1
 
@@ -314,9 +317,35 @@ def test_each_gpu_found_gets_its_own_command_and_each_action_is_said_once():
     facts["nvml"]["gpus"][5]["ecc_errors"]["volatile_uncorrected"] = 1
     text = health.ecc_errors(facts, H100).remediation
     assert "reset the GPU (nvidia-smi -r -i 3, nvidia-smi -r -i 5) or reboot" in text
-    assert text.count("or reboot") == 1  # the read error's own reset is the same action: said once
+    assert text.count(") or reboot") == 1  # the read error's own reset is the same action: said once
     assert "`nvidia-smi -q -i 3`;" in text and "-q -i 5" not in text  # only GPU3 was not read
     assert "-i N" not in text
+
+
+# ---- evidence first: a reset clears the volatile ECC counters and a reboot the kernel log's Xids (docs/rma.md)
+
+RESETS = re.compile(r"\b(reset|reboot|reseat|RMA)\b", re.IGNORECASE)
+
+
+def keeps_the_evidence_first(remediation: str) -> bool:
+    before, evidence, _ = remediation.partition("keep the evidence first (gpucheck rma")
+    return bool(evidence) and not RESETS.search(before)
+
+
+def test_every_action_list_that_resets_reboots_reseats_or_returns_a_gpu_keeps_its_evidence_first():
+    # the GPU's own faults (a setting such as ECC off, MIG or persistence needs no evidence kept)
+    faults = {gpu.count, gpu.memory, health.ecc_errors, health.row_remap, links.nvlink}
+    results = [evaluate(broken(mutate), H100) for evaluate, mutate, status, _ in GPU_CASES
+               if evaluate in faults and status == Status.FAIL]
+    assert len(results) == 6
+    results += [health.retired_pages(broken(lambda g: g.update(retired_pages={"single_bit": 1, "double_bit": 1,
+                                                                            "pending": True})), H100),
+                kernel_log.xid(xid_log([{"xid": 79, "pci": "0000:1b:00", "severity": "fatal"}]), H100),
+                kernel_log.xid(xid_log([], ["0000:3b:00"]), H100)]
+    texts = [r.remediation for r in results] + [per_gpu.READ_ERROR_HINT, judge.UNREACHED_HINT, p2p.REMEDIATION]
+    assert [text for text in texts if not keeps_the_evidence_first(text)] == []
+    assert "gpucheck rma 3" in health.ecc_errors(broken(lambda g: g["ecc_errors"].update(volatile_uncorrected=2)),
+                                                 H100).remediation  # the GPU's own archive where it is known
 
 
 def test_every_check_that_gives_a_command_for_the_gpu_names_it():
@@ -324,8 +353,8 @@ def test_every_check_that_gives_a_command_for_the_gpu_names_it():
         broken(lambda g: g.update(ecc_mode=False)), H100).remediation
     assert gpu.mig(broken(lambda g: g.update(mig_mode=True)), H100).remediation.startswith("nvidia-smi -i 3 -mig 0")
     remap = health.row_remap(broken(lambda g: g["remapped_rows"].update(failure=True)), H100).remediation
-    assert remap == ("drain the node; pending: reset the GPU (nvidia-smi -r -i 3) or reboot; failure: open an RMA "
-                     "for the GPU")
+    assert remap == ("keep the evidence first (gpucheck rma 3): a reset or reboot clears what an RMA needs; drain the "
+                     "node; pending: reset the GPU (nvidia-smi -r -i 3) or reboot; failure: open an RMA for the GPU")
     unread = health.temperature(with_unread("temperature", {"temperature_C": None}, UNKNOWN), H100).remediation
     assert "`nvidia-smi -q -i 3`" in unread and "(nvidia-smi -r -i 3)" in unread
     no_bus = with_unread("pci_bus_id", {"pci_bus_id": None}, UNKNOWN)

@@ -12,6 +12,8 @@ from . import Check
 from .derived_profile import labels
 from .links import sysfs_pci_address
 from .per_gpu import (
+    EVIDENCE,
+    NODE_EVIDENCE,
     READ_ERROR_HINT,
     Finding,
     any_unread,
@@ -65,13 +67,13 @@ def count(f: dict[str, Any], p: Profile) -> Result:
     if lost:
         return Result("gpu.count", Status.FAIL, alive, shown_expected,
                       f"{alive} of {len(gpus)} GPUs respond; " + "; ".join(problems),
-                      "the GPU has fallen off the bus or stopped answering: drain the node, reset or reseat the GPU, "
-                      "check Xid 79 and 48 in dmesg")
+                      f"{NODE_EVIDENCE}; the GPU has fallen off the bus or stopped answering: drain the node, "
+                      "reset or reseat the GPU, check Xid 79 and 48 in dmesg")
     if problems:
         return Result("gpu.count", Status.FAIL, alive, shown_expected, "; ".join(problems),
-                      "compare `lspci -d 10de:` with `nvidia-smi -L` and the profile; a GPU on the bus that the "
-                      "driver does not show, or that stops answering, needs a reset, a reseat or an RMA (check "
-                      "dmesg for Xid and NVRM errors)")
+                      f"{NODE_EVIDENCE}; compare `lspci -d 10de:` with `nvidia-smi -L` and the profile; a GPU on the "
+                      "bus that the driver does not show, or that stops answering, needs a reset, a reseat or an RMA "
+                      "(check dmesg for Xid and NVRM errors)")
     unread_bus = [(g, f) for g in live_gpus(nvml) for f in unread(g, ("pci_bus_id",))]
     if unread_bus and (f.get("pci_gpus") or {}).get("gpus"):  # NVML's GPUs cannot all be matched with the bus
         return Result("gpu.count", worst([f[0] for _, f in unread_bus]), alive, shown_expected,
@@ -197,7 +199,8 @@ def memory(f: dict[str, Any], p: Profile) -> Result:
     return per_gpu("gpu.memory", f["nvml"], inspect, lambda g: g.get("memory_total_MiB"), at_least(wanted, " MiB"),
                    f"every GPU has >= {wanted} MiB" if not isinstance(wanted, dict)
                    else "every GPU has its SKU's memory",
-                   "a GPU reporting less memory than its model has is faulty or in a wrong mode: reset, then RMA",
+                   f"{EVIDENCE}; a GPU reporting less memory than its model has is faulty or in a wrong mode: reset, "
+                   "then RMA",
                    fields=("memory",))
 
 

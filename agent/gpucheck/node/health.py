@@ -8,6 +8,7 @@ from ..model import Result, Status
 from ..profiles import Profile
 from . import Check
 from .per_gpu import (
+    EVIDENCE,
     Finding,
     any_unread,
     asks,
@@ -22,7 +23,7 @@ from .per_gpu import (
 
 # "-i N": the GPU a finding is about; per_gpu writes each such GPU's index in its place (for_gpus)
 RESET = "reset the GPU (nvidia-smi -r -i N) or reboot"
-RESET_HINT = f"drain the node and {RESET}"
+RESET_HINT = f"{EVIDENCE}; drain the node and {RESET}"
 RMA_HINT = "open an RMA for the GPU"  # after RESET_HINT or a drain: the node is drained once
 
 
@@ -108,7 +109,7 @@ def row_remap(f: dict[str, Any], p: Profile) -> Result:
         return Result("gpu.row_remap", Status.SKIP, reason="row remapping not supported by these GPUs")
     return per_gpu("gpu.row_remap", nvml, inspect, lambda g: g.get("remapped_rows"),
                    {"pending": False, "failure": False}, "no row remap pending or failed",
-                   f"drain the node; pending: {RESET}; failure: {RMA_HINT}", fields=("remapped_rows",))
+                   f"{EVIDENCE}; drain the node; pending: {RESET}; failure: {RMA_HINT}", fields=("remapped_rows",))
 
 
 # HW slowdown and power brake mean the board protects itself (power supply, cooling); thermal

@@ -26,6 +26,7 @@ from ..parsers.xid import counts_by_code
 from ..process import run
 from ..profiles import Profile
 from . import Check, CollectError, Context
+from .per_gpu import NODE_EVIDENCE
 
 EVIDENCE_LINES = 20  # of an output that could not be read, kept as the evidence
 # The look-back when no clean run of this boot is remembered: a node whose Xids are all older than a day passes
@@ -351,7 +352,7 @@ def xid(f: dict[str, Any], p: Profile) -> Result:
         if by_severity["fatal"]:
             parts.append("fatal: " + _describe(by_severity["fatal"]))
         return Result("gpu.xid", Status.FAIL, measured, expected, "; ".join(parts) + suffix,
-                      "drain the node; reset the GPU or reboot, and RMA if it recurs "
+                      f"{NODE_EVIDENCE}; drain the node; reset the GPU or reboot, and RMA if it recurs "
                       "(see NVIDIA's Xid catalog for the code)", log.get("evidence", ""))
     if by_severity["warn"]:
         return Result("gpu.xid", Status.WARN, measured, expected,

@@ -14,6 +14,7 @@ from ..process import CallTimeout, call_with_timeout
 from ..profiles import SOURCES, Profile
 from . import Check, CollectError, Context
 from .per_gpu import (
+    EVIDENCE,
     Finding,
     field_error,
     live_gpus,
@@ -93,8 +94,8 @@ def nvlink(f: dict[str, Any], p: Profile) -> Result:
                    {"links": expected, "bridges_optional": True} if optional else expected,
                    "every GPU's NVLinks up, or none where a bridge is optional and not fitted" if optional
                    else f"{wanted} NVLinks up on every GPU" if uniform else "every GPU's NVLinks up",
-                   "check nvidia-smi nvlink -s and Xid 74; reseat the bridge, the GPU or the NVSwitch baseboard, "
-                   "or RMA", fields=("nvlink",))
+                   f"check nvidia-smi nvlink -s and Xid 74; {EVIDENCE}; reseat the bridge, the GPU or the NVSwitch "
+                   "baseboard, or RMA", fields=("nvlink",))
 
 
 FABRIC_MANAGER_NAMES = {"nv-fabricmanager", "nvidia-fabricmanager"}  # the daemon's process name, as /proc has it

@@ -16,6 +16,7 @@ from typing import Any
 from ..process import CallTimeout, call_with_timeout
 from ..profiles import CLOCK_EVENT_REASONS
 from . import CollectError, Context
+from .per_gpu import NODE_EVIDENCE
 
 # Clock event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*).
 # NVML's nvmlClocksEventReason* bits 0x1 ... 0x100, named in bit order by the profile schema.
@@ -49,7 +50,8 @@ def _not_responding(call: str, exc: Exception) -> CollectError:
     """NVML hung before any GPU could be read: a wedged driver or GPU is a finding about the node (fail, so
     it is drained), not a probe that could not run."""
     return CollectError(f"NVML call {call} {exc}: the GPU or driver is not responding",
-                        remediation="check `dmesg` for Xid errors; a GPU reset or reboot is likely needed")
+                        remediation=f"check `dmesg` for Xid errors; {NODE_EVIDENCE}; a GPU reset or "
+                                    "reboot is likely needed")
 
 
 class _Collector:

@@ -30,22 +30,36 @@ HARDWARE_ERRORS = {
     "NVML_ERROR_GPU_IS_LOST": "the GPU has fallen off the bus or has otherwise become inaccessible",
     "NVML_ERROR_RESET_REQUIRED": "the GPU requires a reset before it can be used again",
 }
-READ_ERROR_HINT = ("NVML could not read the GPU: check `dmesg` for Xid errors and `nvidia-smi -q -i N`; reset the "
-                   "GPU (nvidia-smi -r -i N) or reboot; if it persists, drain the node and open an RMA")
-COMMAND = re.compile(r"`?nvidia-smi(?: [^\s()`;,]+)*`?")  # a command (in its backticks) up to a bracket or a separator
-ANY_GPU = re.compile(r"-i N\b")  # a hint's word for "the GPU this is about"
+
+
+def keep_evidence(command: str = "gpucheck rma N") -> str:
+    """The first action wherever one resets, reboots, reseats or returns a GPU: a reset zeroes the volatile ECC
+    counters and a reboot loses the kernel log's Xids, what the vendor's RMA form asks for (docs/rma.md). `gpucheck
+    rma N` archives one GPU's evidence (N: its index, which for_gpus writes in), `gpucheck rma` every GPU's."""
+    return f"keep the evidence first ({command}): a reset or reboot clears what an RMA needs"
+
+
+EVIDENCE = keep_evidence()
+NODE_EVIDENCE = keep_evidence("gpucheck rma")  # where the hint cannot name the GPU
+READ_ERROR_HINT = ("NVML could not read the GPU: check `dmesg` for Xid errors and `nvidia-smi -q -i N`; "
+                   f"{EVIDENCE}; reset the GPU (nvidia-smi -r -i N) or reboot; if it persists, drain the node and "
+                   "open an RMA")
+# a command (in its backticks) up to a bracket or a separator
+COMMAND = re.compile(r"`?(?:nvidia-smi|gpucheck rma)(?: [^\s()`;,]+)*`?")
+ANY_GPU = re.compile(r"(-i|rma) N\b")  # a hint's word for "the GPU this is about"
 ACTIONS = "; "  # what separates a hint's actions
 
 
 def for_gpus(hint: str, indices: Sequence[int]) -> str:
-    """The hint with its commands for the GPUs found: `nvidia-smi -r -i N` -> `nvidia-smi -r -i 3`, one command
-    per GPU (`nvidia-smi -r -i 3, nvidia-smi -r -i 5`). Without a GPU to name, as it is."""
+    """The hint with its commands for the GPUs found: `nvidia-smi -r -i N` -> `nvidia-smi -r -i 3`, `gpucheck rma N`
+    -> `gpucheck rma 3`, one command per GPU (`nvidia-smi -r -i 3, nvidia-smi -r -i 5`). Without a GPU to name, as
+    it is."""
     if not indices:
         return hint
 
     def each(command: re.Match[str]) -> str:
         text = command.group(0)
-        return ", ".join(ANY_GPU.sub(f"-i {i}", text) for i in indices) if ANY_GPU.search(text) else text
+        return ", ".join(ANY_GPU.sub(rf"\g<1> {i}", text) for i in indices) if ANY_GPU.search(text) else text
 
     return COMMAND.sub(each, hint)
 

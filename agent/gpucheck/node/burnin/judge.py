@@ -19,6 +19,7 @@ from ...profiles import Profile
 from ..busy import BUSY_HINT
 from ..gpu import missing_from_nvml
 from ..health import DEFAULT_FAIL_REASONS
+from ..per_gpu import NODE_EVIDENCE
 
 # docs/burnin.md's defaults: what a profile without the key gets (checks/generic.yaml states the same).
 DEFAULTS: dict[str, Any] = {
@@ -34,8 +35,8 @@ DEFAULTS: dict[str, Any] = {
 # (242 of 256 bytes carry data). Gen5 x16 = 63 GB/s, as the H100 data sheet's "128 GB/s" bidirectional.
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 WORKER_HINT = "the worker's standard error is in the evidence; rerun with --only on the check to reproduce"
-UNREACHED_HINT = ("a GPU NVML cannot reach was not burnt in (gpu.count says the same): reseat it, check its power and "
-                  "PCIe link, reboot; RMA it if it stays lost")
+UNREACHED_HINT = (f"a GPU NVML cannot reach was not burnt in (gpu.count says the same): {NODE_EVIDENCE}; reseat it, "
+                  "check its power and PCIe link, reboot; RMA it if it stays lost")
 
 
 def setting(p: Profile, key: str) -> Any:

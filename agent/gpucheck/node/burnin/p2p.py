@@ -17,7 +17,7 @@ from ...model import Result, Status
 from ...profiles import Profile
 from .. import Check, Context
 from ..busy import refuse_if_busy
-from ..per_gpu import live_gpus
+from ..per_gpu import NODE_EVIDENCE, live_gpus
 from .checks import no_gpu_list
 from .judge import WORKER_HINT, Gpu, fmt, gpu_view, pcie_link, setting, shown
 from .runner import gpu_program, run_programs
@@ -25,7 +25,7 @@ from .runner import gpu_program, run_programs
 PROGRAM = "gpucheck.gpuwork.p2p"
 PAIRS_SHOWN = 6
 REMEDIATION = ("check gpu.nvlink (links down, Xid 74) and, on NVSwitch systems, gpu.fabric_manager; `nvidia-smi topo "
-               "-m` for the path between the GPUs named; reseat or RMA the GPU in most slow pairs")
+               f"-m` for the path between the GPUs named; {NODE_EVIDENCE}; reseat or RMA the GPU in most slow pairs")
 
 
 def collect(ctx: Context) -> dict[str, Any]:

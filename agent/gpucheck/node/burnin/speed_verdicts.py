@@ -12,7 +12,7 @@ from typing import Any
 
 from ...model import Result, Status
 from ...profiles import Profile
-from ..per_gpu import field_error, read_finding
+from ..per_gpu import NODE_EVIDENCE, field_error, read_finding
 from .judge import Gpu, Judged, fmt, judge_each, pcie_link, setting, settle, shown
 
 MIB, GIB = 1024**2, 1024**3
@@ -198,5 +198,5 @@ def memtest(f: dict[str, Any], p: Profile) -> Result:
         return f"no bad word in {size(tested)} tested over the GPUs"
 
     return judge_each("gpu.memtest", "memtest", f, judge, ok,
-                      "a GPU whose memory returns wrong bits: drain the node, check gpu.ecc_errors and "
-                      "gpu.row_remap, reset the GPU and rerun; if it recurs, RMA the GPU")
+                      f"a GPU whose memory returns wrong bits: {NODE_EVIDENCE}; drain the node, check gpu.ecc_errors "
+                      "and gpu.row_remap, reset the GPU and rerun; if it recurs, RMA the GPU")
