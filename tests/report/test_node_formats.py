@@ -50,6 +50,21 @@ def test_text_table_what_to_do_and_exit_code() -> None:
     assert text.endswith("1 pass, 1 warn, 1 fail, 1 skip, 1 error in 1.25 s — exit code 2\n")
 
 
+def test_text_table_never_cuts_a_value_it_shows_a_long_one_whole_under_its_row() -> None:
+    """A measured or expected value wider than its column is not cut with "…": its cell says `below` and the
+    value is on its own line under the row (as the per-GPU figures are)."""
+    driver = {"driver_version": "580.159.04", "cuda_driver_version": "13.0", "path": "/usr/lib/x86_64-linux-gnu"}
+    report = Report("n1", "generic", [Result("gpu.driver", Status.PASS, driver, {"driver_version_min": "550.54.14"},
+                                             "driver 580.159.04"),
+                                      Result("gpu.count", Status.PASS, 8, 8, "8 GPUs")])
+    text = render(report, "text")
+    assert "…" not in text
+    row = next(line for line in text.splitlines() if line.startswith("PASS    gpu.driver"))
+    assert row.split()[2:4] == ["below", "driver"]  # the measured cell; the expected fits its column
+    assert ("\n    measured: driver version 580.159.04, cuda driver version 13.0, path /usr/lib/x86_64-linux-gnu\n"
+            "PASS    gpu.count") in text
+
+
 def test_junit_counts_warn_as_failure_and_error_apart() -> None:
     suite = ET.fromstring(render(sample(), "junit").split("\n", 1)[1])
     counts = [suite.get(key) for key in ("tests", "failures", "errors", "skipped")]
