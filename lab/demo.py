@@ -103,8 +103,7 @@ def _through_slurm(doc: dict) -> list[str]:
     lines += [f"  {n} over SSH: {v['slurm_state']}" for n, v in sorted(nodes.items()) if v.get("slurm_state")]
     for result in doc.get("cluster") or []:
         if str(result.get("check", "")).startswith(("cluster.mpi", "cluster.allreduce", "cluster.smoke")):
-            lines.append(f"  {result['check']} as a Slurm job: {result['status']}: "
-                         f"{str(result.get('reason'))[:160]}")
+            lines.append(f"  {result['check']} as a Slurm job: {result['status']}: {result.get('reason')}")
     return lines
 
 

@@ -92,8 +92,13 @@ def test_exit_codes_map_to_verdicts_and_warnings_are_no_reason_to_drain():
 
 def test_the_reason_is_one_line_with_the_prefix_and_bounded():
     reason = drain_rule.drain_reason(["gpu.ecc_errors GPU3:\n2 errors", "host.disk " + "x" * 400])
-    assert reason.startswith("gpucheck: gpu.ecc_errors GPU3: 2 errors; host.disk xxx") and "\n" not in reason
-    assert len(reason) == drain_rule.REASON_MAX and reason.endswith("…")
+    assert reason == "gpucheck: gpu.ecc_errors GPU3: 2 errors; host.disk…"  # no word cut: the long one left out
+    findings = [f"gpu.clocks GPU{i}: hw_thermal_slowdown at 94 C" for i in range(8)]
+    reason = drain_rule.drain_reason(findings)
+    whole = " ".join(["gpucheck:", *"; ".join(findings).split()])
+    assert reason.endswith("…") and len(reason) <= drain_rule.REASON_MAX and "\n" not in reason
+    assert whole.startswith(reason[:-1]) and whole[len(reason) - 1] in " ;"  # it stops after a whole word
+    assert len(drain_rule.drain_reason(["x" * 400])) == drain_rule.REASON_MAX  # one word wider than the room
 
 
 def test_show_node_reads_state_and_the_whole_reason(fake_bin, monkeypatch):

@@ -90,10 +90,15 @@ def head_of(path: str, scheduled: str | None = None) -> str:
 
 
 def drain_reason(findings: list[str], head: str = REASON_PREFIX) -> str:
-    """`<head> <finding>[; ...]` on one line, at most REASON_MAX characters."""
-    text = " ".join("; ".join(findings).split())
-    reason = f"{head} {text}".strip()
-    return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
+    """`<head> <finding>[; ...]` on one line, at most REASON_MAX characters: cut after a whole word, never inside
+    one (only a word longer than all the room is), with "…" where the rest was left out."""
+    reason = " ".join(f"{head} {'; '.join(findings)}".split())
+    if len(reason) <= REASON_MAX:
+        return reason
+    kept = reason[:REASON_MAX - 1]
+    if reason[REASON_MAX - 1] != " " and " " in kept[len(head) + 1:]:
+        kept = kept.rsplit(" ", 1)[0]
+    return kept.rstrip(" ;,:") + "…"
 
 
 def verdict_of(exit_code: int) -> str:
