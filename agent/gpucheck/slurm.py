@@ -69,7 +69,6 @@ class NodeState:
         return bool(self.flags & {"ALLOCATED", "ALLOC", "MIXED", "COMPLETING", "COMP"})
 
 
-
 # A node name scontrol would read as more than one node (a hostlist: gpu-[01-26], a,b, gpu-*) or as nothing.
 NOT_ONE_NODE = re.compile(r"[\[\],*?\s=]|^$")
 

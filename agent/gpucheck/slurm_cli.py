@@ -64,9 +64,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         current = slurm.show_node(args.node)
         if args.verb == "show":
+            holder = drain_rule.holder_of(current)
             return _say(args, {"node": current.name, "state": current.state, "reason": current.reason,
-                               "holder": drain_rule.holder_of(current)},
-                        f"{current.name}: {current.state}, held by {drain_rule.holder_of(current)}"
+                               "holder": holder},
+                        f"{current.name}: {current.state}, held by {holder}"
                         + (f" ({current.reason})" if current.reason else ""))
         verdict = "fail" if args.fail is not None else "pass" if args.passed else "error"
         action = drain_rule.decide(current, args.path, verdict, [args.fail or ""], args.scheduled)

@@ -53,9 +53,7 @@ def short(value: str, shown: int = ID_SHOWN) -> str:
 
 
 def same_machine(first: Identity, later: Identity) -> str | None:
-    """What shows the two are one machine, in words; None when nothing does, or when their words disagree."""
-    if conflict(first, later):
-        return None
+    """What shows two entries whose words agree (no `conflict`) are one machine, in words; None when nothing does."""
     evidence = []
     if ids_match(first, later):
         evidence.append(f"machine id {short(first.machine_id or '')}, boot id {short(first.boot_id or '')}")
@@ -101,11 +99,14 @@ def mark(nodes: dict[str, NodeOutcome], order: Sequence[str]) -> list[str]:
         identity = identity_of(outcome) if outcome else None
         if outcome is None or identity is None:
             continue
+        agreeing = []
         for other, known in met:
-            if (why := conflict(known, identity)) is not None:
+            if (why := conflict(known, identity)) is None:
+                agreeing.append((other, known))
+            else:
                 contradicted(outcome, other, why)
                 contradicted(nodes[other], name, why)
-        match = next(((first, why) for first, known in met if (why := same_machine(known, identity))), None)
+        match = next(((first, why) for first, known in agreeing if (why := same_machine(known, identity))), None)
         met.append((name, identity))
         if match is None:
             continue

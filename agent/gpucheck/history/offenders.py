@@ -118,6 +118,11 @@ def claims_in(history: dict[str, list[tuple]]) -> dict[str, dict[str, gpu_claims
     return gpu_claims.spans_from((uuid, run[3], run[0]) for uuid, runs in history.items() for run in runs)
 
 
+def by_node(runs: list[tuple]) -> list[list[tuple]]:
+    """A contested UUID's runs apart for each node that reported it, in node order."""
+    return [[run for run in runs if run[3] == node] for node in sorted({run[3] for run in runs})]
+
+
 def gpu_label(uuid: str, node: str, index: int) -> str:
     return f"GPU{index} ({uuid}) of {node}"
 
@@ -155,8 +160,7 @@ def gpu_offenders(store: Store, failures: int = DEFAULT_FAILURES, days: int = DE
     disputed = gpu_claims.contested(claims_in(history))
     found = {}
     for uuid, runs in history.items():
-        apart = [[run for run in runs if run[3] == node] for node in sorted({run[3] for run in runs})]
-        for part in apart if uuid in disputed else [runs]:
+        for part in by_node(runs) if uuid in disputed else [runs]:
             if len(items := failures_of([run[:3] for run in part])) >= failures:
                 found[gpu_label(uuid, part[-1][3], part[-1][4])] = items
     return found
