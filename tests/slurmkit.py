@@ -97,7 +97,7 @@ class SlurmCluster:
 def start(directory: Path, others: tuple[str, ...] = ()) -> SlurmCluster:
     """munged, then slurmctld, then slurmd; returns once the node is up (IDLE) in slurmctld's view. `others`
     are more nodes in slurm.conf with no slurmd behind them (not responding: they can still be drained, and
-`scontrol reboot` leaves one in REBOOT_REQUESTED or REBOOT_ISSUED, since nothing answers: RebootProgram is set
+`scontrol reboot` leaves one in REBOOT_REQUESTED, since nothing answers: RebootProgram is set
 only so that slurmctld accepts the request)."""
     for sub in ("run", "log", "state", "spool"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
@@ -106,10 +106,13 @@ only so that slurmctld accepts the request)."""
     key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
     cluster = SlurmCluster(directory)
+    # All of 127/8 is loopback: on slurmd's own port, a ping to another node would reach gpu-a's slurmd, which
+    # answers it, and ReturnToService=2 would put that node back in service (an admin's DOWN undone mid-test).
+    dead_port = free_port()
     cluster.conf.write_text(CONF.format(dir=directory, node=NODE, hostname=socket.gethostname(),
                                         ctld_port=free_port(), slurmd_port=free_port(),
-                                        others="".join(f"NodeName={n} NodeAddr=127.0.0.{i + 2} CPUs=1\n"
-                                                       for i, n in enumerate(others))))
+                                        others="".join(f"NodeName={n} NodeAddr=127.0.0.{i + 2} Port={dead_port} "
+                                                       "CPUs=1\n" for i, n in enumerate(others))))
     env = {**os.environ, **cluster.env}
     subprocess.run(["munged", "--force", f"--socket={directory}/run/munge.sock", f"--key-file={key}",
                     f"--log-file={directory}/log/munged.log", f"--pid-file={directory}/run/munged.pid",

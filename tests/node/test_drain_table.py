@@ -18,8 +18,8 @@ from gpucheck.main import main
 from gpucheck.model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, Status
 
 REBOOTING = "gpu-r"  # no slurmd: a reboot asked for stays pending
-# No slurmd either: an admin's DOWN stays (gpu-a's slurmd would answer the next ping and, with ReturnToService=2,
-# be back in service at once).
+# No slurmd either (slurmkit gives both a port nothing listens on): an admin's DOWN stays; were the next ping
+# answered, ReturnToService=2 would put the node back in service at once.
 DOWN = "gpu-d"
 FINDING = "gpu.ecc_errors GPU3: 2 uncorrected"
 UPGRADE = "to tf-horovod-r550 (driver 550.163.01)"
@@ -101,8 +101,8 @@ def test_every_path_does_what_the_table_says_to_a_node_so_held(holder, slurm, mo
         wait_for(lambda: "MAINT" in slurm.state(node)[0], "the maintenance flag", slurm)
     if holder == "reboot":
         assert slurm.scontrol("reboot", node).returncode == 0, slurm.log()
-        # requested, then issued (nothing answers it): walked once it is no longer moving
-        wait_for(lambda: "REBOOT_ISSUED" in slurm.state(node)[0], "the reboot issued", slurm)
+        # nothing answers on its port, so the reboot stays requested, never issued nor done
+        wait_for(lambda: "REBOOT_REQUESTED" in slurm.state(node)[0], "the reboot requested", slurm)
     try:
         for path, (kind, _) in drain_rule.PATHS.items():
             for verdict, verb in zip(drain_rule.VERDICTS, drain_rule.RULES[holder][kind], strict=True):
