@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 # from the package lists, ~0.5 CPU-s each (measured: 72 -> 61 CPU-s for site.yml --check on this host). A plain Debian
 # keeps it; the tests give it back to the Ansible runs they start.
 APT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpucheck" / "apt"
+# Compiled module_utils for the modules Ansible runs on this machine (module_bytecode/usercustomize.py says why).
+MODULE_BYTECODE = APT_CACHE.parent / "ansible-module-bytecode"
 
 
 @functools.cache
@@ -91,6 +93,10 @@ class AnsibleRepo:
             ANSIBLE_LOCALHOST_WARNING="0",
             ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
         )
+        MODULE_BYTECODE.mkdir(parents=True, exist_ok=True)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent / "module_bytecode"),
+                                                          env.get("PYTHONPATH")]))
+        env["GPUCHECK_TESTS_MODULE_BYTECODE"] = str(MODULE_BYTECODE)
         apt_config = apt_config_with_binary_cache()
         if apt_config:
             env["APT_CONFIG"] = apt_config

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -88,7 +87,7 @@ def run_play(ansible_repo, tasks: list, *args: str) -> tuple[subprocess.Complete
     playbook.write_text(yaml.safe_dump(play, sort_keys=False))
     inventory = ansible_repo.tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+        "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
     done = ansible_repo.run("ansible-playbook", "-i", str(inventory), str(playbook), *args, timeout=600)
     return done, done.stdout + done.stderr
 
@@ -280,7 +279,7 @@ def test_vendor_ofed_without_a_fingerprint_fails_before_anything_is_installed(an
             "infiniband_ofed_key_url": "https://mirror.example.org/doca/GPG-KEY-Mellanox.pub"}}]}]))
     inventory = ansible_repo.tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+        "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
     done = ansible_repo.run("ansible-playbook", "--check", "-i", str(inventory), str(playbook))
     output = " ".join((done.stdout + done.stderr).split())
     assert done.returncode != 0
