@@ -192,19 +192,21 @@ def private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def private_history(private_tmpdir: Path) -> Iterator[Path]:
-    """GPUCHECK_HISTORY is this run's own store: every `gpucheck cluster` the tests run records its run there,
-    never in the user's ~/.local/state/gpucheck/history.sqlite."""
-    path = private_tmpdir / "history.sqlite"
-    before = os.environ.get("GPUCHECK_HISTORY")
-    os.environ["GPUCHECK_HISTORY"] = str(path)
+def private_state(private_tmpdir: Path) -> Iterator[Path]:
+    """XDG_STATE_HOME and GPUCHECK_HISTORY are this run's own: what gpucheck keeps between its runs (the history
+    store every `gpucheck cluster` records in, its reports, a node's kept framework probes) goes there, never into
+    the user's ~/.local/state/gpucheck."""
+    settings = {"XDG_STATE_HOME": private_tmpdir / "state", "GPUCHECK_HISTORY": private_tmpdir / "history.sqlite"}
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update({name: str(value) for name, value in settings.items()})
     try:
-        yield path
+        yield settings["XDG_STATE_HOME"]
     finally:
-        if before is None:
-            os.environ.pop("GPUCHECK_HISTORY", None)
-        else:
-            os.environ["GPUCHECK_HISTORY"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Collect the frameworks' own answers: run probe_frameworks.py (beside this module) with each stack's
 python, and, in a deep run (--full), `horovodrun --check-build` as evidence. Not in every run: it starts a new
 interpreter that imports each framework again for each of its ~10 questions (13-16 CPU-s on a TensorFlow
-stack, where the probe that gives the verdict costs ~3.5), and a Slurm health check has a deadline."""
+stack, where the probe that gives the verdict costs ~3.5), and a Slurm health check has a deadline. The probe's
+answers are kept and reused while nothing they depend on changed (kept_probes.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ...model import truncate
 from ...parsers import ParseError, parse
 from ...process import run, which
 from .. import Context
+from . import kept_probes
 from .stacks import BINDINGS, HOROVOD, Interpreters
 
 PROBE = Path(__file__).resolve().with_name("probe_frameworks.py")
@@ -74,7 +76,9 @@ def check_build(stack: Stack, env: dict[str, str], timeout: float) -> dict[str, 
 
 
 def probe_stack(stack: Stack, timeout: float, interpreters: Interpreters | None = None,
-                with_check_build: bool = False) -> dict[str, Any]:
+                with_check_build: bool = False, nvml: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stack's probe entry: asked now, or (outside a deep run) the kept answers while they still hold. `nvml`
+    is NVML's facts: which driver and GPUs the kept answers were given with."""
     interpreters = interpreters or Interpreters()
     entry: dict[str, Any] = {"name": stack.name, "python": stack.python, "frameworks": list(stack.frameworks),
                              "probe": {HOROVOD: {}}, "error": None, "harness": False}
@@ -88,6 +92,12 @@ def probe_stack(stack: Stack, timeout: float, interpreters: Interpreters | None 
         entry.update(error=refusal, harness=True)
         return entry
     env = probe_env(stack)
+    digests = kept_probes.digests(stack, PROBE, env, nvml)
+    why = "asked: a deep run (--full) always asks"
+    if not with_check_build:
+        kept, why = kept_probes.reuse(stack, digests)
+        if kept:
+            return kept
     done = run([stack.python, str(PROBE), "--frameworks", ",".join(stack.frameworks)], timeout=timeout, env=env)
     entry["duration_s"] = round(done.duration_s, 2)
     entry["stderr"] = truncate(done.stderr, 2000)
@@ -109,6 +119,7 @@ def probe_stack(stack: Stack, timeout: float, interpreters: Interpreters | None 
         else:
             entry["error"] = f"the probe ended early{where}: {done.describe_failure()}"
             entry["harness"] = "_probe" not in entry["probe"]  # never started: the interpreter is broken
+    entry["reuse"] = f"{why}; {kept_probes.keep(stack, entry, digests, nvml)}"
     # horovodrun is run by that python: not where it refused to answer
     if with_check_build and HOROVOD in stack.frameworks and not interpreters.refusal(stack.python):
         entry["check_build"] = check_build(stack, env, timeout)
@@ -131,5 +142,8 @@ def collect(ctx: Context) -> dict[str, Any]:
     if not stacks:
         return {"configured": False, "stacks": []}
     with ThreadPoolExecutor(max_workers=min(4, len(stacks))) as pool:
-        results = list(pool.map(lambda s: probe_stack(s, ctx.timeout, ctx.interpreters, ctx.full), stacks))
+        # NVML's facts are there: every check that needs these facts needs NVML's first (tests/node/
+        # test_kept_probes.py holds them to it); without them nothing is reused
+        results = list(pool.map(lambda s: probe_stack(s, ctx.timeout, ctx.interpreters, ctx.full,
+                                                      ctx.facts.get("nvml")), stacks))
     return {"configured": True, "stacks": results}

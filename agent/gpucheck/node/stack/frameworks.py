@@ -68,6 +68,11 @@ def _result(check: str, findings: list[Finding], measured: Any, expected: Any, o
                   evidence=evidence)
 
 
+def _asked(stacks: list[dict[str, Any]]) -> str:
+    """Whether each stack was asked in this run or its kept answers reused (kept_probes.py), for the evidence."""
+    return "\n".join(f"stack {s['name']}: {s['reuse']}" for s in stacks if s.get("reuse"))
+
+
 def _nvml_gpus(f: dict[str, Any]) -> int | None:
     nvml = f.get("nvml")
     return len(live_gpus(nvml)) if nvml else None
@@ -99,7 +104,7 @@ def gpu_framework(name: str, f: dict[str, Any], p: Profile) -> Result:
         ok.append(f"{label}{framework.build(record)}, sees {record.get(framework.gpus_key)} GPU(s)")
         findings.append((Status.PASS, ""))
     expected = {framework.gpus_key: nvml_gpus, framework.cuda_key: True} if gpu_required else "imports"
-    return _result(check, findings, measured, expected, ok, framework.remediation)
+    return _result(check, findings, measured, expected, ok, framework.remediation, _asked(stacks))
 
 
 def tensorflow(f: dict[str, Any], p: Profile) -> Result:
@@ -148,7 +153,7 @@ def horovod(f: dict[str, Any], p: Profile) -> Result:
     ops = [str(o).lower() for o in (p.get("frameworks", "horovod_ops_required") or [])]
     gpu_required = bool(p.get("frameworks", "gpu_required", False))
     findings: list[Finding] = []
-    ok, measured, evidence, notes = [], {}, [], []
+    ok, measured, evidence, notes = [], {}, [_asked(stacks)] if _asked(stacks) else [], []
     for stack in stacks:
         name = stack["name"]
         records: dict[str, dict[str, Any]] = stack["probe"].get(HOROVOD) or {}
@@ -286,12 +291,13 @@ def summary(facts: dict[str, Any] | None) -> dict[str, Any]:
 
 
 CHECKS = [
-    Check("frameworks.tensorflow", ("frameworks", "nvml?"), tensorflow,
+    # NVML first: the probe's kept answers are reused only for the driver and GPUs they were given with
+    Check("frameworks.tensorflow", ("nvml?", "frameworks"), tensorflow,
           "TensorFlow imports in its stack, was built with CUDA and sees every GPU"),
-    Check("frameworks.horovod", ("frameworks",), horovod,
+    Check("frameworks.horovod", ("nvml?", "frameworks"), horovod,
           "Horovod imports, hvd.init() works, built with the controllers and operations the profile needs"),
-    Check("frameworks.torch", ("frameworks", "nvml?"), torch, "PyTorch imports, has CUDA and sees every GPU"),
-    Check("frameworks.gpu_arch", ("frameworks", "nvml?"), gpu_arch,
+    Check("frameworks.torch", ("nvml?", "frameworks"), torch, "PyTorch imports, has CUDA and sees every GPU"),
+    Check("frameworks.gpu_arch", ("nvml?", "frameworks"), gpu_arch,
           "every GPU's compute capability is covered by the architectures TensorFlow/PyTorch were built for"),
 ]
 COLLECTORS = {"frameworks": framework_probe.collect}
