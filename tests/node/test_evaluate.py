@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from gpucheck import drain_rule
 from gpucheck.model import Status
 from gpucheck.node import CollectError, bandwidth, gpu, health, host, infiniband, kernel_log, links, per_gpu
 from gpucheck.node.burnin import judge, p2p
@@ -369,6 +370,33 @@ def test_a_hint_without_a_gpu_to_name_is_left_as_it_is_and_repeats_are_dropped()
     assert per_gpu.for_gpus("set it (nvidia-smi -pl 700)", [1]) == "set it (nvidia-smi -pl 700)"
     assert per_gpu.distinct_actions([("a; b (nvidia-smi -i N)", [1]), ("b (nvidia-smi -i N); c", [2])]) == (
         "a; b (nvidia-smi -i 1, nvidia-smi -i 2); c")
+
+
+# ---- a finding several GPUs share is said once, with the GPUs it is about (per_gpu.shared_findings)
+
+def test_a_finding_every_gpu_shares_is_one_part_with_the_range_of_its_figure():
+    facts = nvml_facts()
+    for g in facts["gpus"]:
+        g.update(temperature_C=95 if g["index"] == 3 else 94, temperature_slowdown_C=89)
+    result = health.temperature({"nvml": facts}, H100)
+    assert result.status == Status.FAIL
+    assert result.reason == "all 8 GPUs: 94-95 C at or above its slowdown threshold 89 C"
+    # what Slurm shows of the drain: the cause first, whole
+    reason = drain_rule.drain_reason([f"gpu.temperature {result.reason}"])
+    assert reason == "gpucheck: gpu.temperature all 8 GPUs: 94-95 C at or above its slowdown threshold 89 C"
+
+
+def test_shared_findings_keep_apart_what_would_lose_a_pairing_or_an_address():
+    gpus = [healthy_gpu(i) for i in range(8)]
+    said = per_gpu.shared_findings([(gpus[0], "power capped at 200 W < 350 W"),
+                                    (gpus[3], "power capped at 140 W < 150 W"),
+                                    (gpus[1], "persistence mode off"), (gpus[2], "persistence mode off"),
+                                    (gpus[5], "persistence mode off"), (gpus[6], "Gen4 x8 (max Gen5 x16)")], 8)
+    assert said == ("GPU0 (00000000:18:00.0): power capped at 200 W < 350 W; "  # two figures that differ: apart
+                    "GPU3 (00000000:1B:00.0): power capped at 140 W < 150 W; "
+                    "3 GPUs (GPU1-2, GPU5): persistence mode off; "
+                    "GPU6 (00000000:1E:00.0): Gen4 x8 (max Gen5 x16)")  # its own: its address, for the RMA
+    assert per_gpu.gpu_names([0, 1, 2, 4, 6, 7], 8) == "6 GPUs (GPU0-2, GPU4, GPU6-7)"
 
 
 def test_not_supported_is_no_error():

@@ -71,7 +71,7 @@ FAULTS = [
     ("nvlink-down", "gpu.nvlink", "GPU1", "16 of 18 NVLinks up (down: 4, 5)"),
     ("throttling", "gpu.clocks", "GPU7", "hw_slowdown"),
     ("overheat", "gpu.temperature", "GPU0", "slowdown threshold"),
-    ("persistence-off", "gpu.persistence", "GPU0", "persistence mode off"),
+    ("persistence-off", "gpu.persistence", "all 8 GPUs", "persistence mode off"),
     ("seven-of-eight", "gpu.count", "7 GPUs visible, 8 expected", "0000:db:00.0 (driver nvidia)"),
     ("gpu-lost", "gpu.count", "GPU4 is lost", "7 of 8 GPUs respond"),
     ("mig-enabled", "gpu.mig", "GPU0", "MIG enabled"),

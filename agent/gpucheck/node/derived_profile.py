@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
 from typing import Any
 
 from ..profiles import PER_GPU, SKUS, SOURCES, Profile
 from ..skus import Sku, SkuTable
 from .links import sysfs_pci_address
-from .per_gpu import live_gpus
+from .per_gpu import labels, live_gpus
 
 PREFIX = "derived"
 # What NVML shows of a SKU's memory. HBM: all but what the driver keeps (H100 81,559 of 81,920 MiB; H200
@@ -140,18 +139,6 @@ def node_expectations(nvml: dict[str, Any], pci: dict[str, Any] | None, sources:
         found["nvswitch"] = True
         sources["gpu.nvswitch"] = f"PCI bus: {len(switches)} NVSwitches (Fabric Manager must run)"
     return found
-
-
-def labels(names: Iterable[str]) -> str:
-    """"GPU0-3, GPU6" for GPU0, GPU1, GPU2, GPU3, GPU6."""
-    numbers = sorted(int(name.removeprefix("GPU")) for name in names)
-    runs: list[list[int]] = []
-    for n in numbers:
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
-        else:
-            runs.append([n])
-    return ", ".join(f"GPU{r[0]}" if len(r) == 1 else f"GPU{r[0]}-{r[-1]}" for r in runs)
 
 
 def threshold_rows(profile: Profile) -> list[tuple[str, str, str]]:

@@ -9,7 +9,6 @@ from ..model import Result, Status, worst
 from ..profiles import SKUS, Profile
 from ..versions import version_tuple
 from . import Check
-from .derived_profile import labels
 from .links import sysfs_pci_address
 from .per_gpu import (
     EVIDENCE,
@@ -21,6 +20,7 @@ from .per_gpu import (
     field_error,
     for_gpus,
     gpu_label,
+    labels,
     live_gpus,
     per_gpu,
     read_finding,

@@ -13,7 +13,7 @@ index of each GPU found (`nvidia-smi -r -i 3`), and an action two hints share is
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..model import Result, Status, worst
@@ -82,6 +82,57 @@ def distinct_actions(hints: Sequence[tuple[str, Sequence[int]]]) -> str:
 def gpu_label(gpu: dict[str, Any]) -> str:
     bus = gpu.get("pci_bus_id")
     return f"GPU{gpu['index']}" + (f" ({bus})" if bus else "")
+
+
+# A figure standing on its own in a finding ("94 C", "threshold 89 C"): not a digit of a name or an address (GPU3,
+# Gen4, x16, 00000000:18:00.0), which a shared finding must have in common.
+FIGURE = re.compile(r"(?<![\w.:-])\d+(?:\.\d+)?(?![\w:-]|\.\d)")
+
+
+def labels(names: Iterable[str]) -> str:
+    """"GPU0-3, GPU6" for GPU0, GPU1, GPU2, GPU3, GPU6."""
+    numbers = sorted(int(name.removeprefix("GPU")) for name in names)
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"GPU{r[0]}" if len(r) == 1 else f"GPU{r[0]}-{r[-1]}" for r in runs)
+
+
+def gpu_names(indices: Sequence[int], total: int) -> str:
+    """`all 8 GPUs`, or `3 GPUs (GPU0-1, GPU5)`: the GPUs a finding is shared by."""
+    if len(indices) == total:
+        return f"all {total} GPUs"
+    return f"{len(indices)} GPUs ({labels(f'GPU{i}' for i in indices)})"
+
+
+def _span(figures: Sequence[str]) -> str:
+    low, high = min(figures, key=float), max(figures, key=float)
+    return low if float(low) == float(high) else f"{low}-{high}"
+
+
+def shared_findings(found: Sequence[tuple[dict[str, Any], str]], total: int) -> str:
+    """The findings, one part per finding several GPUs share: said once, with the GPUs it is about (gpu_names)
+    first and the range of the one figure that differs between them (`all 8 GPUs: 94-95 C at or above its slowdown
+    threshold 89 C`); a GPU's finding of its own keeps that GPU's label (its PCI address, for the RMA), as do
+    findings that differ in more than one figure. In the order first found."""
+    groups: dict[str, list[tuple[dict[str, Any], str]]] = {}
+    for gpu, text in found:
+        groups.setdefault(FIGURE.sub("\0", text), []).append((gpu, text))
+    parts = []
+    for shape, members in groups.items():
+        columns = list(zip(*(FIGURE.findall(text) for _, text in members), strict=True))
+        if len(members) == 1 or sum(len({float(f) for f in column}) > 1 for column in columns) > 1:
+            # two figures that differ from GPU to GPU would lose which goes with which: each GPU said apart
+            parts.extend(f"{gpu_label(gpu)}: {text}" for gpu, text in members)
+            continue
+        spans = [_span(column) for column in columns]
+        words = shape.split("\0")  # one more than the figures: the same shape has them in the same places
+        parts.append(f"{gpu_names([g['index'] for g, _ in members], total)}: "
+                     + "".join(w + f for w, f in zip(words, [*spans, ""], strict=True)))
+    return "; ".join(parts)
 
 
 def live_gpus(nvml: dict[str, Any]) -> list[dict[str, Any]]:
@@ -186,7 +237,7 @@ def per_gpu(
     if not bad:
         return Result(check, Status.PASS, measured, expected, ok_reason)
     status = worst([f[0] for _, f in bad])
-    reason = "; ".join(f"{gpu_label(gpu)}: {f[1]}" for gpu, f in bad)
+    reason = shared_findings([(gpu, f[1]) for gpu, f in bad], len(gpus))
     hints = [(remediation, judged_on)] if judged_on and remediation else []
     if unread_on:
         hints.append((READ_ERROR_HINT, unread_on))
