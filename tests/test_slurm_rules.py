@@ -15,7 +15,7 @@ FINDINGS = ["gpu.ecc_errors 2 uncorrected"]
 HELD = {
     "nobody": slurm.NodeState("n1", "IDLE", ""),
     "passive": slurm.NodeState("n1", "MIXED+DRAIN", "gpucheck: gpu.xid Xid 79 on GPU2"),
-    "active": slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: scheduled weekly: gpu.burn GPU3 95 C > 87 C"),
+    "active": slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: scheduled weekly: gpu.burn GPU3 95 °C > 87 °C"),
     "upgrade": slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)"),
     "admin-drain": slurm.NodeState("n1", "IDLE+DRAIN", "PSU swap"),
     "down": slurm.NodeState("n1", "DOWN+NOT_RESPONDING", "cable"),
@@ -82,8 +82,8 @@ def test_the_same_failure_again_leaves_the_drain_as_it_is():
     reason = drain_rule.drain_reason(["gpu.xid Xid 79 on GPU2"])
     assert reason == HELD["passive"].reason
     assert drain_rule.decide(HELD["passive"], "health-check", "fail", ["gpu.xid Xid 79 on GPU2"]).verb == "keep"
-    scheduled = drain_rule.decide(HELD["nobody"], "scheduled", "fail", ["gpu.burn GPU3 95 C > 87 C"], "weekly")
-    assert scheduled.reason == "gpucheck: scheduled weekly: gpu.burn GPU3 95 C > 87 C"
+    scheduled = drain_rule.decide(HELD["nobody"], "scheduled", "fail", ["gpu.burn GPU3 95 °C > 87 °C"], "weekly")
+    assert scheduled.reason == "gpucheck: scheduled weekly: gpu.burn GPU3 95 °C > 87 °C"
 
 
 def test_exit_codes_map_to_verdicts_and_warnings_are_no_reason_to_drain():
@@ -93,7 +93,7 @@ def test_exit_codes_map_to_verdicts_and_warnings_are_no_reason_to_drain():
 def test_the_reason_is_one_line_with_the_prefix_and_bounded():
     reason = drain_rule.drain_reason(["gpu.ecc_errors GPU3:\n2 errors", "host.disk " + "x" * 400])
     assert reason == "gpucheck: gpu.ecc_errors GPU3: 2 errors; host.disk…"  # no word cut: the long one left out
-    findings = [f"gpu.clocks GPU{i}: hw_thermal_slowdown at 94 C" for i in range(8)]
+    findings = [f"gpu.clocks GPU{i}: hw_thermal_slowdown at 94 °C" for i in range(8)]
     reason = drain_rule.drain_reason(findings)
     whole = " ".join(["gpucheck:", *"; ".join(findings).split()])
     assert reason.endswith("…") and len(reason) <= drain_rule.REASON_MAX and "\n" not in reason

@@ -4,7 +4,7 @@ through SSH and through Slurm. The lab's inventory puts the hosts in racks of tw
 node04), a leaf switch each.
 
 - A healthy cluster passes.
-- Rack A throttling for a thermal reason only under load (scenario hot-under-load: the fake NVML answers 94 C and
+- Rack A throttling for a thermal reason only under load (scenario hot-under-load: the fake NVML answers 94 °C and
   HW thermal slowdown to a process that ran a GEMM, a healthy GPU to the idle checks): the burn fails node01 and
   node02 by their own verdicts and stage `shape` names rack A.
 - A slow leaf switch (both links behind leaf-B slowed with tc): stage `shape` names leaf-B.

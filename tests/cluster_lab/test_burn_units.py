@@ -118,7 +118,7 @@ def test_a_node_hotter_or_drawing_less_power_than_its_rack_is_out_of_line() -> N
     reports = {"node02": recorded("node02", temperature=75), "node05": recorded("node05", power=520.0)}
     racks = by_check(burn.burn_stage(ctx, runner(ctx, reports=reports)))[burn_verdict.RACKS]
     assert racks.status == Status.WARN and set(racks.nodes) == {"node02", "node05"}, racks.reason
-    assert "75 C, +14 C over rack A's median 61 C" in racks.nodes["node02"]
+    assert "75 °C, +14 °C over rack A's median 61 °C" in racks.nodes["node02"]
     assert "520 W, 0.75 x rack B's median 690 W" in racks.nodes["node05"]
 
 
@@ -126,7 +126,7 @@ def test_two_nodes_per_rack_are_compared_with_the_cluster_and_too_few_are_not_co
     ctx = burn_ctx(NODES, {"node01": "A", "node02": "A", "node03": "B", "node04": "B"})
     hot = {"node04": recorded("node04", temperature=80)}
     racks = by_check(burn.burn_stage(ctx, runner(ctx, reports=hot)))[burn_verdict.RACKS]
-    assert racks.status == Status.WARN and "+19 C over the cluster's median 61 C" in racks.reason, racks.reason
+    assert racks.status == Status.WARN and "+19 °C over the cluster's median 61 °C" in racks.reason, racks.reason
     ctx = burn_ctx(NODES[:2])
     assert by_check(burn.burn_stage(ctx, runner(ctx)))[burn_verdict.RACKS].status == Status.SKIP
 

@@ -45,8 +45,8 @@ def test_hw_slowdown_and_hw_thermal_reasons_are_seen(fake_nvml) -> None:
 
 
 def test_cooling_that_fails_only_under_load_is_seen_by_the_burns_own_samples(nvml_libdir, tmp_path) -> None:
-    """gpu.0.under_load.*: idle the GPU is healthy (34 C, no reason; tests/fakenvml/test_fakenvml_under_load.py);
-    once the worker's first GEMM has run, its sampler sees 92 C and HW thermal slowdown, and gpu.burn fails it."""
+    """gpu.0.under_load.*: idle the GPU is healthy (34 °C, no reason; tests/fakenvml/test_fakenvml_under_load.py);
+    once the worker's first GEMM has run, its sampler sees 92 °C and HW thermal slowdown, and gpu.burn fails it."""
     scenario = tmp_path / "cooling-fails-under-load.scn"
     scenario.write_text(f"include = {scenario_path('h100-1gpu')}\n"
                         "gpu.0.under_load.clocks_event_reasons = sw_power_cap|hw_thermal_slowdown\n"
@@ -64,7 +64,7 @@ def test_cooling_that_fails_only_under_load_is_seen_by_the_burns_own_samples(nvm
     verdict = burn_verdicts.burn(facts, load("generic"))
     assert verdict.status == Status.FAIL, verdict.reason
     assert f"hw_thermal_slowdown in {seen['hw_thermal_slowdown']} of {result['samples']} samples" in verdict.reason
-    assert "hottest sample 92 C > 89 C (NVML's slowdown threshold)" in verdict.reason
+    assert "hottest sample 92 °C > 89 °C (NVML's slowdown threshold)" in verdict.reason
 
 
 def test_a_long_burns_timeline_is_at_most_120_means_of_equal_runs() -> None:

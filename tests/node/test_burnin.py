@@ -98,7 +98,7 @@ def test_the_measured_h100_passes_every_burn_in_check():
     burn = burn_verdicts.burn(facts, GENERIC)
     assert burn.measured["GPU0"] == {"TFLOPS_min": 605.0, "TFLOPS_median": 680.0, "TFLOPS_max": 718.0,
                                      "sm_clock_MHz_min": 1095, "temperature_C_max": 80, "power_W_max": 701.0}
-    assert "sw_power_cap seen" in burn.reason and "hottest 80 C" in burn.reason
+    assert "sw_power_cap seen" in burn.reason and "hottest 80 °C" in burn.reason
 
 
 @pytest.mark.parametrize("evaluate,test,change,words", [
@@ -115,7 +115,7 @@ def test_the_measured_h100_passes_every_burn_in_check():
     (burn_verdicts.burn, "burn", lambda r: r["nvml"]["reasons_seen"].update(hw_power_brake_slowdown=1),
      "hw_power_brake_slowdown in 1 of 60"),
     (burn_verdicts.burn, "burn", lambda r: r["nvml"]["temperature_C"].update(max=91),
-     "hottest sample 91 C > 89 C (NVML's slowdown threshold)"),
+     "hottest sample 91 °C > 89 °C (NVML's slowdown threshold)"),
     (burn_verdicts.burn, "burn", lambda r: r["tflops"].update(min=300.0),
      "throughput collapsed: the lowest ~1 s window 300 TFLOP/s < 0.5 x the median 680 (0.44)"),
 ])
@@ -162,7 +162,7 @@ def test_the_profile_temperature_limit_wins_over_nvmls():
     cool = Profile("cool", None, {"burnin": {"burn_temperature_C_max": 75}})
     result = burn_verdicts.burn(facts, cool)
     assert result.status == Status.FAIL
-    assert "hottest sample 80 C > 75 C (burnin.burn_temperature_C_max)" in result.reason
+    assert "hottest sample 80 °C > 75 °C (burnin.burn_temperature_C_max)" in result.reason
 
 
 def test_a_burn_nvml_could_not_sample_is_judged_on_throughput_and_never_passes():

@@ -24,7 +24,7 @@ DOWN = "gpu-d"
 FINDING = "gpu.ecc_errors GPU3: 2 uncorrected"
 UPGRADE = "to tf-horovod-r550 (driver 550.163.01)"
 # The state each holder leaves on a node (scontrol update ... ), for the holders a drain or a state makes.
-DRAINS = {"passive": "gpucheck: gpu.xid Xid 79 on GPU2", "active": "gpucheck: scheduled weekly: gpu.burn GPU3 95 C",
+DRAINS = {"passive": "gpucheck: gpu.xid Xid 79 on GPU2", "active": "gpucheck: scheduled weekly: gpu.burn GPU3 95 °C",
           "upgrade": "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)", "admin-drain": "PSU swap"}
 
 

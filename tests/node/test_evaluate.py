@@ -61,7 +61,7 @@ GPU_CASES = [
     (health.clocks, lambda g: g.update(clocks_event_reasons=["hw_slowdown"]), Status.FAIL, "hw_slowdown"),
     (health.clocks, lambda g: g.update(clocks_event_reasons=["sw_thermal_slowdown"]), Status.WARN, "thermal"),
     (health.temperature, lambda g: g.update(temperature_C=88), Status.FAIL, "slowdown threshold"),
-    (health.temperature, lambda g: g.update(temperature_C=84), Status.WARN, "within 5 C"),
+    (health.temperature, lambda g: g.update(temperature_C=84), Status.WARN, "within 5 °C"),
     (health.power, lambda g: g.update(power_limit_W=500.0), Status.FAIL, "capped at 500 W"),
     (links.pcie, lambda g: g.update(pcie={"gen": 3, "gen_max": 5, "width": 8, "width_max": 16}), Status.FAIL,
      "x8 of x16"),
@@ -380,10 +380,10 @@ def test_a_finding_every_gpu_shares_is_one_part_with_the_range_of_its_figure():
         g.update(temperature_C=95 if g["index"] == 3 else 94, temperature_slowdown_C=89)
     result = health.temperature({"nvml": facts}, H100)
     assert result.status == Status.FAIL
-    assert result.reason == "all 8 GPUs: 94-95 C at or above its slowdown threshold 89 C"
+    assert result.reason == "all 8 GPUs: 94-95 °C at or above its slowdown threshold 89 °C"
     # what Slurm shows of the drain: the cause first, whole
     reason = drain_rule.drain_reason([f"gpu.temperature {result.reason}"])
-    assert reason == "gpucheck: gpu.temperature all 8 GPUs: 94-95 C at or above its slowdown threshold 89 C"
+    assert reason == "gpucheck: gpu.temperature all 8 GPUs: 94-95 °C at or above its slowdown threshold 89 °C"
 
 
 def test_shared_findings_keep_apart_what_would_lose_a_pairing_or_an_address():

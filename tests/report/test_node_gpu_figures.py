@@ -42,7 +42,7 @@ def report() -> Report:
     ("stream_add_GBps", 2901.0, "stream add 2901 GB/s"),
     ("to_GPU3_GBps", 250.0, "to GPU3 250 GB/s"),
     ("TFLOPS_median", 680.0, "median 680 TFLOP/s"),
-    ("temperature_C_max", 80, "temperature max 80 C"),
+    ("temperature_C_max", 80, "temperature max 80 °C"),
     ("sm_clock_MHz_min", 1095, "sm clock min 1095 MHz"),
     ("power_W_max", 701.0, "power max 701 W"),
     ("bytes_tested", 63 * 1024**3, "tested 63 GiB"),
@@ -84,7 +84,7 @@ def test_text_gpus_in_index_order_and_an_expected_per_gpu_on_its_line() -> None:
             "    GPU2: h2d 54.1 GB/s, d2h 53.9 GB/s\n"
             "    GPU10: h2d 54.1 GB/s, d2h 53.9 GB/s\n") in text
     assert ("    GPU0: min 605 TFLOP/s, median 680 TFLOP/s, max 718 TFLOP/s, sm clock min 1095 MHz, "
-            "temperature max 80 C, power max 701 W\n") in text
+            "temperature max 80 °C, power max 701 W\n") in text
     assert "    GPU0: bad words 3, coverage 0.9123, tested 63 GiB\n" in text
     assert "    GPU1: checksum 3fa2c0d1e5b6a7f8\n" in text
 

@@ -145,11 +145,11 @@ def temperature(f: dict[str, Any], p: Profile) -> Result:
         if temp is None:
             return None if field_error(g, "temperature") else (Status.ERROR, "temperature not reported")
         if slowdown is not None and temp >= slowdown:
-            return Status.FAIL, f"{temp} C at or above its slowdown threshold {slowdown} C"
+            return Status.FAIL, f"{temp} °C at or above its slowdown threshold {slowdown} °C"
         if maximum is not None and temp > maximum:
-            return Status.WARN, f"{temp} C > {maximum} C"
+            return Status.WARN, f"{temp} °C > {maximum} °C"
         if slowdown is not None and slowdown - temp < margin:
-            return Status.WARN, f"{temp} C within {margin} C of slowdown ({slowdown} C)"
+            return Status.WARN, f"{temp} °C within {margin} °C of slowdown ({slowdown} °C)"
         return None
 
     return per_gpu("gpu.temperature", f["nvml"], inspect, lambda g: g.get("temperature_C"),

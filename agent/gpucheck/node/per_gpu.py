@@ -84,7 +84,7 @@ def gpu_label(gpu: dict[str, Any]) -> str:
     return f"GPU{gpu['index']}" + (f" ({bus})" if bus else "")
 
 
-# A figure standing on its own in a finding ("94 C", "threshold 89 C"): not a digit of a name or an address (GPU3,
+# A figure standing on its own in a finding ("94 °C", "threshold 89 °C"): not a digit of a name or an address (GPU3,
 # Gen4, x16, 00000000:18:00.0), which a shared finding must have in common.
 FIGURE = re.compile(r"(?<![\w.:-])\d+(?:\.\d+)?(?![\w:-]|\.\d)")
 
@@ -115,8 +115,8 @@ def _span(figures: Sequence[str]) -> str:
 
 def shared_findings(found: Sequence[tuple[dict[str, Any], str]], total: int) -> str:
     """The findings, one part per finding several GPUs share: said once, with the GPUs it is about (gpu_names)
-    first and the range of the one figure that differs between them (`all 8 GPUs: 94-95 C at or above its slowdown
-    threshold 89 C`); a GPU's finding of its own keeps that GPU's label (its PCI address, for the RMA), as do
+    first and the range of the one figure that differs between them (`all 8 GPUs: 94-95 °C at or above its slowdown
+    threshold 89 °C`); a GPU's finding of its own keeps that GPU's label (its PCI address, for the RMA), as do
     findings that differ in more than one figure. In the order first found."""
     groups: dict[str, list[tuple[dict[str, Any], str]]] = {}
     for gpu, text in found:

@@ -10,7 +10,7 @@ from typing import Any
 
 GPU_LABEL = re.compile(r"GPU(\d+)")
 # The unit token of a figure's name -> how it is written. The name's other tokens are its words.
-UNITS = {"TFLOPS": "TFLOP/s", "GBps": "GB/s", "Gbps": "Gb/s", "MBps": "MB/s", "MHz": "MHz", "C": "C", "W": "W",
+UNITS = {"TFLOPS": "TFLOP/s", "GBps": "GB/s", "Gbps": "Gb/s", "MBps": "MB/s", "MHz": "MHz", "C": "°C", "W": "W",
          "s": "s", "seconds": "s", "MiB": "MiB", "GiB": "GiB", "bytes": "bytes"}
 BYTES_PER_GIB = 1024**3
 
@@ -35,7 +35,7 @@ def per_gpu(measured: Any) -> dict[str, dict[str, Any]] | None:
 
 
 def words_and_unit(name: str) -> tuple[str, str]:
-    """`bf16_TFLOPS` -> ("bf16", "TFLOP/s"); `temperature_C_max` -> ("temperature max", "C");
+    """`bf16_TFLOPS` -> ("bf16", "TFLOP/s"); `temperature_C_max` -> ("temperature max", "°C");
     `bad_words` -> ("bad words", "")."""
     tokens = name.split("_")
     for i, token in enumerate(tokens):

@@ -147,13 +147,13 @@ def racks_result(record: dict[str, Any]) -> ClusterResult:
         for node in nodes:
             power, temp = figures[node]
             if temp is not None and temp_mid is not None and temp > temp_mid + TEMP_OVER_C:
-                odd.setdefault(node, []).append(f"hottest GPU {temp:g} C, {temp - temp_mid:+.0f} C over {name}'s "
-                                                f"median {temp_mid:g} C")
+                odd.setdefault(node, []).append(f"hottest GPU {temp:g} °C, {temp - temp_mid:+.0f} °C over {name}'s "
+                                                f"median {temp_mid:g} °C")
             if power is not None and power_mid and not POWER_BAND[0] <= power / power_mid <= POWER_BAND[1]:
                 odd.setdefault(node, []).append(f"GPU power {power:g} W, {power / power_mid:.2f} x {name}'s "
                                                 f"median {power_mid:g} W")
     measured = {"groups": compared, "nodes": {n: {"power_W": p, "temperature_C": t} for n, (p, t) in figures.items()}}
-    expected = (f"hottest GPU within {TEMP_OVER_C:g} C of its rack's median, GPU power within "
+    expected = (f"hottest GPU within {TEMP_OVER_C:g} °C of its rack's median, GPU power within "
                 f"{POWER_BAND[0]:g}-{POWER_BAND[1]:g} x the median")
     if not compared:
         return ClusterResult(RACKS, Status.SKIP, measured, expected,

@@ -106,7 +106,7 @@ def burn(f: dict[str, Any], p: Profile) -> Result:
         elif hottest is not None:
             judged.expected["temperature_C_max"] = f"<= {limit:g}"
             if hottest > limit:
-                findings.append((Status.FAIL, f"hottest sample {hottest:g} C > {limit:g} C ({source})"))
+                findings.append((Status.FAIL, f"hottest sample {hottest:g} °C > {limit:g} °C ({source})"))
 
     def ok(found: dict[str, Judged]) -> str:
         ratios = sorted((j.ratios["TFLOPS_min"], label) for label, j in found.items() if "TFLOPS_min" in j.ratios)
@@ -117,7 +117,7 @@ def burn(f: dict[str, Any], p: Profile) -> Result:
         if ratios:
             text += f": no throughput collapse (lowest window {ratios[0][0]:.2f} of the median, {ratios[0][1]})"
         if hottest:
-            text += f", hottest {hottest[0]:g} C ({hottest[1]})"
+            text += f", hottest {hottest[0]:g} °C ({hottest[1]})"
         return text + ", no failing clock event reason, no Xid"
 
     return judge_each("gpu.burn", "burn", f, judge, ok,
