@@ -12,8 +12,8 @@ from gpuwork_helpers import QUICK, environment, run_program, run_until_stuck
 
 from gpucheck.gpuwork import errors
 
-NO_DRIVER = ("no usable CUDA device: cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA "
-             "runtime version")
+NO_DRIVER = ("no usable CUDA device: no CUDA driver answers (cudaErrorInsufficientDriver): this CuPy needs one "
+             "for CUDA 1")
 
 
 def assert_unavailable(run, reason_start: str) -> None:
@@ -52,6 +52,13 @@ def test_real_cupy_without_a_driver_is_unavailable_naming_the_cuda_error() -> No
 @pytest.mark.parametrize("program", ["worker", "p2p", "allreduce"])
 def test_no_driver_on_the_fake_is_the_same_unavailable(program: str) -> None:
     assert_unavailable(run_program(program, env=environment(FAKECUPY_DEVICES="0")), NO_DRIVER)
+
+
+def test_a_driver_too_old_for_cupy_says_both_cuda_versions_in_one_line() -> None:
+    run = run_program("worker", env=environment(FAKECUPY_CUDA_ERROR="init:cudaErrorInsufficientDriver",
+                                                FAKECUPY_DRIVER_CUDA="12020"))
+    assert_unavailable(run, "no usable CUDA device: the driver runs CUDA 12.2, this CuPy needs CUDA 12.9 "
+                            "(cudaErrorInsufficientDriver): install a newer driver, or the CuPy built for CUDA 12.2")
 
 
 def test_no_visible_device_is_unavailable() -> None:

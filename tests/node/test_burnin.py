@@ -247,7 +247,8 @@ def test_a_broken_sku_table_is_an_error_not_an_unknown_gpu():
 
 def test_a_worker_that_said_unavailable_is_one_error_for_all_its_checks():
     facts = node(2)
-    why = "no usable CUDA device: cudaErrorInsufficientDriver: CUDA driver version is insufficient"
+    why = ("no usable CUDA device: no CUDA driver answers (cudaErrorInsufficientDriver): this CuPy needs one for "
+           "CUDA 12.9")
     for work in facts["gpuwork"]["gpus"].values():
         work.update(unavailable=why, results={}, exit=3)
     for evaluate in (speed_verdicts.gemm, speed_verdicts.memtest, burn_verdicts.burn, burn_verdicts.sdc):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from .errors import describe
+from .errors import cuda_error_name, describe
 from .protocol import TestCannotRun
 
 CUPY_MISSING = ("CuPy is not installed: install gpucheck's gpu extra (pip install 'gpucheck[gpu]'; "
@@ -49,8 +49,31 @@ def open_devices(cp: Any) -> int:
     except Unavailable:
         raise
     except Exception as exc:
+        if cuda_error_name(exc) == "cudaErrorInsufficientDriver":
+            raise Unavailable(driver_cannot_run_cuda(cp)) from None
         raise Unavailable(f"no usable CUDA device: {describe(exc)}") from None
     return count
+
+
+def _cuda_version(read: Callable[[], int]) -> str | None:
+    """CUDA's version code (12040) as CUDA writes it (12.4); None where there is none (0) or it cannot be read."""
+    try:
+        code = int(read())
+    except Exception:
+        return None
+    return f"{code // 1000}.{code % 1000 // 10}" if code > 0 else None
+
+
+def driver_cannot_run_cuda(cp: Any) -> str:
+    """cudaErrorInsufficientDriver in one plain line: the CUDA this CuPy was built for, and what the driver runs
+    (none where libcuda does not answer: NVML alone, as on the lab's simulated GPUs, runs no CUDA)."""
+    needs = _cuda_version(cp.cuda.runtime.runtimeGetVersion) or "its runtime's version"
+    runs = _cuda_version(cp.cuda.runtime.driverGetVersion)
+    if runs is None:
+        return (f"no usable CUDA device: no CUDA driver answers (cudaErrorInsufficientDriver): this CuPy needs one "
+                f"for CUDA {needs}; NVML answering is not enough (libcuda.so.1 must load)")
+    return (f"no usable CUDA device: the driver runs CUDA {runs}, this CuPy needs CUDA {needs} "
+            f"(cudaErrorInsufficientDriver): install a newer driver, or the CuPy built for CUDA {runs}")
 
 
 def describe_device(cp: Any, index: int) -> dict[str, Any]:

@@ -17,6 +17,8 @@ Environment (scenarios):
   FAKECUPY_DEVICES=N        physical GPUs (default: the CUDA_VISIBLE_DEVICES entries, or 1); 0 = no driver:
                             getDeviceCount raises cudaErrorInsufficientDriver, as real CuPy does without one.
                             CUDA_VISIBLE_DEVICES limits what is seen ("" = cudaErrorNoDevice).
+  FAKECUPY_DRIVER_CUDA=N    the CUDA version the driver runs (driverGetVersion: 12020; default 13000, 0 without
+                            a driver); with FAKECUPY_CUDA_ERROR=init:cudaErrorInsufficientDriver, a driver too old.
   FAKECUPY_FREE_BYTES=N     each device's free memory (default 256 MiB); FAKECUPY_TOTAL_BYTES its total
                             (default free + 64 MiB). FAKECUPY_NAME, FAKECUPY_COMPUTE_CAPABILITY ("9.0").
   FAKECUPY_NO_PEER=i,j      devices without peer access to any other.

@@ -51,7 +51,10 @@ def runtimeGetVersion() -> int:
 
 
 def driverGetVersion() -> int:
-    return DRIVER_VERSION
+    """0 without a driver (FAKECUPY_DEVICES=0), as CUDA answers; FAKECUPY_DRIVER_CUDA=12020: an older one."""
+    if os.environ.get("FAKECUPY_DEVICES") == "0":
+        return 0
+    return int(os.environ.get("FAKECUPY_DRIVER_CUDA") or DRIVER_VERSION)
 
 
 def memGetInfo() -> tuple[int, int]:
