@@ -93,3 +93,25 @@ def test_each_line_is_in_the_log_before_the_next_one_comes(tmp_path: Path, monke
     monkeypatch.setenv("LAB_TEST_LOG", str(log))
     assert playbook.run_playbook(tmp_path / "site.yml", log, terminal=io.StringIO()) == 0
     assert log.read_text() == "TASK [first] ***\nok: [node01]\n"
+
+
+def test_a_quiet_task_is_said_to_be_running_with_its_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task that says nothing for long (Horovod compiling) gets a line on the terminal each heartbeat: a stand-in
+    ansible-playbook starts a task, then waits, silent, until the terminal (a file here) says it is running."""
+    terminal_file = tmp_path / "terminal.txt"
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text("#!/bin/sh\necho 'PLAY [Frameworks] ***'\necho 'TASK [frameworks : Build Horovod] ***'\n"
+                    "for i in $(seq 200); do\n  grep -q 'still running' \"$LAB_TEST_TERMINAL\" && exit 0; sleep 0.05\n"
+                    "done\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(playbook, "ansible_playbook", lambda: str(fake))
+    monkeypatch.setenv("LAB_TEST_TERMINAL", str(terminal_file))
+    log = tmp_path / "playbook.log"
+    with open(terminal_file, "w", buffering=1) as terminal:
+        assert playbook.run_playbook(tmp_path / "site.yml", log, terminal=terminal, heartbeat_s=0.3) == 0
+    said = terminal_file.read_text().splitlines()
+    assert said[0] == "    PLAY [Frameworks] ***"
+    assert said[1].startswith("    ... still running TASK [frameworks : Build Horovod]: ") and " s on it, " in said[1]
+    assert said[1].endswith(f" in all (every line: tail -f {log})")
+    assert "still running" not in log.read_text()  # the log is Ansible's own output
