@@ -397,6 +397,8 @@ def test_shared_findings_keep_apart_what_would_lose_a_pairing_or_an_address():
                     "3 GPUs (GPU1-2, GPU5): persistence mode off; "
                     "GPU6 (00000000:1E:00.0): Gen4 x8 (max Gen5 x16)")  # its own: its address, for the RMA
     assert per_gpu.gpu_names([0, 1, 2, 4, 6, 7], 8) == "6 GPUs (GPU0-2, GPU4, GPU6-7)"
+    twice = per_gpu.shared_findings([(gpus[7], "link 1 down"), (gpus[7], "link 2 down")], 8)  # one GPU: not "2 GPUs"
+    assert twice == "GPU7 (00000000:1F:00.0): link 1 down; GPU7 (00000000:1F:00.0): link 2 down"
 
 
 def test_not_supported_is_no_error():

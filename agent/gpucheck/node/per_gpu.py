@@ -124,13 +124,16 @@ def shared_findings(found: Sequence[tuple[dict[str, Any], str]], total: int) -> 
     parts = []
     for shape, members in groups.items():
         columns = list(zip(*(FIGURE.findall(text) for _, text in members), strict=True))
-        if len(members) == 1 or sum(len({float(f) for f in column}) > 1 for column in columns) > 1:
-            # two figures that differ from GPU to GPU would lose which goes with which: each GPU said apart
+        indices = [gpu["index"] for gpu, _ in members]
+        # apart: a GPU's own finding; two figures that differ from GPU to GPU (which goes with which would be
+        # lost); a GPU found twice in the same words (the count would be wrong)
+        if len(set(indices)) < 2 or len(set(indices)) < len(indices) or sum(
+                len({float(f) for f in column}) > 1 for column in columns) > 1:
             parts.extend(f"{gpu_label(gpu)}: {text}" for gpu, text in members)
             continue
         spans = [_span(column) for column in columns]
         words = shape.split("\0")  # one more than the figures: the same shape has them in the same places
-        parts.append(f"{gpu_names([g['index'] for g, _ in members], total)}: "
+        parts.append(f"{gpu_names(indices, total)}: "
                      + "".join(w + f for w, f in zip(words, [*spans, ""], strict=True)))
     return "; ".join(parts)
 
