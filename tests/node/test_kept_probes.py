@@ -53,7 +53,7 @@ def test_a_second_run_reuses_the_answers_and_gives_the_same_verdict(probes, tmp_
     assert asked and first["reuse"].startswith("asked: no answers kept from an earlier run; kept for the next runs")
     again, asked_again, facts_again = probes(stack)
     assert not asked_again
-    assert "reused: its files, the system's libraries, the driver, the GPUs" in again["reuse"]
+    assert "reused: the stack's files, the system's libraries, the driver, the GPUs" in again["reuse"]
     for check in (frameworks.tensorflow, frameworks.horovod):
         now = check({"frameworks": facts_again, "nvml": nvml(EIGHT)}, GPU_PROFILE)
         then = check({"frameworks": facts, "nvml": nvml(EIGHT)}, GPU_PROFILE)
@@ -111,10 +111,11 @@ def test_answers_that_found_something_wrong_are_never_kept(probes, tmp_path):
 def test_kept_answers_that_cannot_be_read_are_asked_again(probes, tmp_path):
     stack = FakeStack(tmp_path / "tf").tensorflow().stack("tf", "tensorflow")
     probes(stack)
-    kept_probes.place(stack).write_text("{not json")
-    entry, asked, _ = probes(stack)
-    assert asked and entry["reuse"].startswith("asked: the kept answers could not be read")
-    assert not probes(stack)[1]
+    for damaged in ("{not json", '{"digests": [], "entry": 1, "probed_at": "x"}'):
+        kept_probes.place(stack).write_text(damaged)
+        entry, asked, _ = probes(stack)
+        assert asked and entry["reuse"].startswith("asked: the kept answers could not be read")
+        assert not probes(stack)[1]
 
 
 def test_without_nvml_or_a_package_folder_nothing_is_kept(probes, tmp_path, monkeypatch):

@@ -119,10 +119,12 @@ def found_nothing_wrong(entry: dict[str, Any], gpus: int) -> bool:
 def reuse(stack: Stack, now: dict[str, str] | None) -> tuple[dict[str, Any] | None, str]:
     """(the kept entry, marked as reused) while every digest is as kept; else (None, why it is asked again)."""
     if now is None:
-        return None, "asked: which GPUs or which package folder it has cannot be told without asking it"
+        return None, "asked: nothing to tell a change by (no NVML facts, or no package folder beside its python)"
     try:
         kept = json.loads(place(stack).read_text())
         then, entry, when = kept["digests"], kept["entry"], kept["probed_at"]
+        if not (isinstance(then, dict) and isinstance(entry, dict)):
+            raise ValueError("not a kept probe")
     except FileNotFoundError:
         return None, "asked: no answers kept from an earlier run"
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
@@ -130,7 +132,7 @@ def reuse(stack: Stack, now: dict[str, str] | None) -> tuple[dict[str, Any] | No
     changed = [words for part, words in PARTS.items() if then.get(part) != now.get(part)]
     if changed:
         return None, f"asked again: {', '.join(changed)} changed since {when}"
-    entry["reuse"] = (f"the answers of {when}, reused: its files, the system's libraries, the driver, the GPUs "
+    entry["reuse"] = (f"the answers of {when}, reused: the stack's files, the system's libraries, the driver, the GPUs "
                       "and the probe's environment are as they were (gpucheck node --full asks again)")
     return entry, entry["reuse"]
 
