@@ -168,7 +168,7 @@ def test_every_measured_figure_carries_the_unit_its_name_gives() -> None:
 def test_empty_parts_say_nothing() -> None:
     text = show(XID, 200)
     assert "counts" not in text and "fallen off bus" not in text
-    assert text == "window: since since boot, start -, source dmesg, uptime 25126 s"
+    assert text == "window: since boot, start -, source dmesg, uptime 25126 s"  # its name said once
     assert show({"counts": {}}) == "-" and show([]) == "none"
 
 

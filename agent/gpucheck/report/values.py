@@ -98,8 +98,8 @@ def render_mapping(value: dict[Any, Any], unit: str) -> str:
     for key, item in kept.items():
         words, own_unit = name_words(key)
         inner = render(item, own_unit or unit)
-        if inner == words:  # `{"node01": "node01"}`: the name once
-            parts.append(words)
+        if inner == words or words and inner.startswith(words + " "):  # the name once: `{"since": "since boot"}`
+            parts.append(inner)
         elif words and inner != "-" and (isinstance(item, dict) or isinstance(item, list | tuple) and ", " in inner):
             parts.append(f"{words}: {inner}" if len(kept) == 1 else f"{words} ({inner})")
         else:
