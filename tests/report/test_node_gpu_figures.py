@@ -92,7 +92,7 @@ def test_text_gpus_in_index_order_and_an_expected_per_gpu_on_its_line() -> None:
 def test_text_rows_of_other_checks_keep_their_shape() -> None:
     lines = render(report(), "text").splitlines()
     temperature = next(line for line in lines if "gpu.temperature" in line and line.startswith("WARN"))
-    assert "GPU0 81, GPU1 84" in temperature and "85" in temperature
+    assert "GPU0 81 °C, GPU1 84 °C" in temperature and "85" in temperature
     below = lines[lines.index(temperature) + 1]
     assert not below.startswith("    "), "a check without per-GPU figures has no lines under its row"
 

@@ -76,7 +76,7 @@ def lab_doc() -> dict[str, Any]:
 
 
 def text_of(fragment: str) -> str:
-    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment)).replace("\xa0", " ")  # a no-break space reads as one
 
 
 def items(page: str) -> list[str]:
@@ -140,7 +140,8 @@ def test_no_value_is_cut_and_long_tokens_wrap_instead() -> None:
     assert "…" not in page and "text-overflow" not in CSS and "ellipsis" not in CSS
     assert html.escape(long_reason) in page
     assert f'<span class="token">{WEIGHTS}</span>' in page  # a hash may wrap anywhere: it is no word
-    assert "<code>cluster.<wbr>smoke.<wbr>tf-horovod</code>" in page  # a check id wraps at its dots
+    assert "<code>cluster.<wbr>smoke.<wbr>tf-horovod</code>" in page  # a long check id wraps at its dots
+    assert '<code class="id">cluster.network</code>' in page  # a short one is never broken
 
 
 # ---------------------------------------------------------------- 3. one precision and one unit per figure

@@ -174,7 +174,8 @@ def test_empty_parts_say_nothing() -> None:
 
 def test_units_in_the_rendered_html_tables() -> None:
     page = render_html(demo_doc())
-    items = [html.unescape(re.sub(r"<[^>]+>", "", i)) for i in re.findall(r"<li>(.*?)</li>", page)]
+    items = [html.unescape(re.sub(r"<[^>]+>", "", i)).replace("\xa0", " ") for i in re.findall(r"<li>(.*?)</li>", page)]
+    assert "42.31&nbsp;Gb/s" in page  # never a line break between a figure and its unit
     assert {"method: tcp", "pairs: 3", "median: 42.31 Gb/s", "min: 41.74 Gb/s"} <= set(items)  # cluster.network
     assert "node02: 43.69 Gb/s" in items  # the unit of cluster.straggler.net_Gbps, from its name
     assert "volatile uncorrected max: 0" in items and "/=" not in page

@@ -53,9 +53,14 @@ def figure_unit(name: Any, unit: str) -> str:
     return name_words(name)[1] or unit
 
 
+# Checks whose measured numbers stand bare (one per GPU) in a unit their id does not name
+BARE_UNITS = {"gpu.temperature": "°C"}
+
+
 def unit_of_check(check: Any) -> str:
-    """The unit a check's id names (`cluster.straggler.net_Gbps` -> `Gb/s`), for its bare numbers."""
-    return name_words(str(check).rsplit(".", 1)[-1])[1]
+    """The unit of a check's bare numbers: the one its id names (`cluster.straggler.net_Gbps` -> `Gb/s`), else
+    BARE_UNITS' (`gpu.temperature` -> `°C`)."""
+    return name_words(str(check).rsplit(".", 1)[-1])[1] or BARE_UNITS.get(str(check), "")
 
 
 def empty(value: Any) -> bool:

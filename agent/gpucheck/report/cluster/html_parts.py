@@ -15,6 +15,8 @@ NEUTRAL = "#6e7781"  # a status with no colour of its own
 # An unbroken run this long (a hash, a path) is no word: it may wrap anywhere, so its cell never grows past the
 # page. Words wrap at spaces, never inside.
 LONG_TOKEN = re.compile(r"\S{24,}")
+# the space between a figure and its unit: never a line break there ("5" at a line's end, "°C" on the next)
+UNIT_GAP = re.compile(r"(?<=\d) (?=(?:°C|W|MHz|Gb/s|GB/s|MB/s|TFLOP/s|GiB|MiB|GB|MB|s|%)(?![\w/]))")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1f2328;background:#fff}
@@ -29,6 +31,7 @@ th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eaeef2;vertical-a
 th{background:#f6f8fa;font-weight:600}
 .badge{display:inline-block;border-radius:10px;padding:0 8px;color:#fff;font-size:12px;font-weight:600}
 code,pre{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
+code.id{white-space:nowrap}
 pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:240px;white-space:pre-wrap}
 details{margin:2px 0}summary{cursor:pointer}
 .muted{color:#6e7781}.note{font-size:12px;color:#57606a}
@@ -46,12 +49,17 @@ def esc(value: Any) -> str:
 
 
 def esc_wrapping(value: Any) -> str:
-    """Escaped text whose long unbroken tokens may wrap anywhere (LONG_TOKEN); the rest wraps at spaces."""
+    """Escaped text whose long unbroken tokens may wrap anywhere (LONG_TOKEN); the rest wraps at spaces, never
+    between a figure and its unit (UNIT_GAP)."""
     text, parts, last = str(value), [], 0
+
+    def plain(segment: str) -> str:
+        return UNIT_GAP.sub("&nbsp;", esc(segment))
+
     for token in LONG_TOKEN.finditer(text):
-        parts += [esc(text[last:token.start()]), f'<span class="token">{esc(token.group())}</span>']
+        parts += [plain(text[last:token.start()]), f'<span class="token">{esc(token.group())}</span>']
         last = token.end()
-    return "".join(parts) + esc(text[last:])
+    return "".join(parts) + plain(text[last:])
 
 
 def tint(status: str) -> str:

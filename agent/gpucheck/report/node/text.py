@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...model import Report, Result, Status
 from .. import gpu_figures
-from ..values import listed, render
+from ..values import listed, render, unit_of_check
 
 STATUS_WORD = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip",
                Status.ERROR: "ERROR"}
@@ -15,9 +15,9 @@ INDENT = "    "
 COLUMN = 48  # the widest MEASURED or EXPECTED cell: the table fits a 160-column terminal with a short reason
 
 
-def cell(value: object, name: str) -> tuple[str, list[str]]:
+def cell(value: object, name: str, unit: str = "") -> tuple[str, list[str]]:
     """The value in its cell, or BELOW and a line `name: value` for the lines under the row."""
-    text = render(value)
+    text = render(value, unit)
     return (text, []) if len(text) <= COLUMN else (BELOW, [f"{name}: {text}"])
 
 
@@ -25,7 +25,8 @@ def cells(r: Result) -> tuple[tuple[str, str, str, str, str], list[str]]:
     """The row's cells and the lines under it."""
     gpus = gpu_figures.per_gpu(r.measured)
     if gpus is None:
-        (measured, below), (expected, more) = cell(r.measured, "measured"), cell(r.expected, "expected")
+        (measured, below) = cell(r.measured, "measured", unit_of_check(r.check))
+        expected, more = cell(r.expected, "expected")
         return (STATUS_WORD[r.status], r.check, measured, expected, r.reason), below + more
     expected, below = (BELOW, []) if gpu_figures.expected_per_figure(r.expected) else cell(r.expected, "expected")
     row = (STATUS_WORD[r.status], r.check, f"{len(gpus)} GPU(s), {BELOW}", expected, r.reason)
