@@ -179,16 +179,10 @@ def private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     temporary files (removed when the run passes: pyproject.toml's tmp_path_retention_policy), never into /tmp.
     A short name: OpenMPI builds its session paths under it."""
     directory = tmp_path_factory.mktemp("tmp", numbered=False)
-    before, before_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"] = tempfile.tempdir = str(directory)
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # put back as it was when the run ends
+        patch.setenv("TMPDIR", str(directory))
+        patch.setattr(tempfile, "tempdir", str(directory))
         yield directory
-    finally:
-        tempfile.tempdir = before_tempdir
-        if before is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = before
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -196,17 +190,10 @@ def private_state(private_tmpdir: Path) -> Iterator[Path]:
     """XDG_STATE_HOME and GPUCHECK_HISTORY are this run's own: what gpucheck keeps between its runs (the history
     store every `gpucheck cluster` records in, its reports, a node's kept framework probes) goes there, never into
     the user's ~/.local/state/gpucheck."""
-    settings = {"XDG_STATE_HOME": private_tmpdir / "state", "GPUCHECK_HISTORY": private_tmpdir / "history.sqlite"}
-    before = {name: os.environ.get(name) for name in settings}
-    os.environ.update({name: str(value) for name, value in settings.items()})
-    try:
-        yield settings["XDG_STATE_HOME"]
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(private_tmpdir / "state"))
+        patch.setenv("GPUCHECK_HISTORY", str(private_tmpdir / "history.sqlite"))
+        yield private_tmpdir / "state"
 
 
 @pytest.fixture

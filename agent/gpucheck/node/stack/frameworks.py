@@ -153,7 +153,8 @@ def horovod(f: dict[str, Any], p: Profile) -> Result:
     ops = [str(o).lower() for o in (p.get("frameworks", "horovod_ops_required") or [])]
     gpu_required = bool(p.get("frameworks", "gpu_required", False))
     findings: list[Finding] = []
-    ok, measured, evidence, notes = [], {}, [_asked(stacks)] if _asked(stacks) else [], []
+    asked = _asked(stacks)
+    ok, measured, evidence, notes = [], {}, [asked] if asked else [], []
     for stack in stacks:
         name = stack["name"]
         records: dict[str, dict[str, Any]] = stack["probe"].get(HOROVOD) or {}

@@ -7,6 +7,8 @@ import html
 import re
 from typing import Any
 
+from ..gpu_figures import UNITS
+
 COLOURS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "error": "#8250df", "skip": "#6e7781",
            "pending": "#6e7781"}
 TINTS = {"pass": "#dafbe1", "warn": "#fff8c5", "fail": "#ffebe9", "error": "#fbefff", "skip": "#f6f8fa",
@@ -15,8 +17,11 @@ NEUTRAL = "#6e7781"  # a status with no colour of its own
 # An unbroken run this long (a hash, a path) is no word: it may wrap anywhere, so its cell never grows past the
 # page. Words wrap at spaces, never inside.
 LONG_TOKEN = re.compile(r"\S{24,}")
-# the space between a figure and its unit: never a line break there ("5" at a line's end, "°C" on the next)
-UNIT_GAP = re.compile(r"(?<=\d) (?=(?:°C|W|MHz|Gb/s|GB/s|MB/s|TFLOP/s|GiB|MiB|GB|MB|s|%)(?![\w/]))")
+# the space between a figure and its unit (the units figures are written in, gpu_figures.UNITS, and the few a
+# finding writes itself): never a line break there ("5" at a line's end, "°C" on the next)
+UNIT_GAP = re.compile(r"(?<=\d) (?=(?:" + "|".join(map(re.escape, sorted({*UNITS.values(), "GB", "MB", "%"},
+                                                                         key=lambda u: (-len(u), u))))
+                      + r")(?![\w/]))")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1f2328;background:#fff}
