@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from lab import cluster, config, images, state
+from lab import cluster, compute, config, images, state
 from lab.errors import EXIT_FAIL, LabError
 from lab.host import LAB_KEY_COMMENT
 from lab.playbook import run_playbook
@@ -25,6 +25,7 @@ HOST_ONLY = (
     "etc/apt/apt.conf.d/90gpucheck-lab-proxy", "etc/pip.conf", "etc/gpucheck-lab/sshd_config", "etc/default/gpucheck",
     "root/.ssh/id_ed25519", "root/.ssh/id_ed25519.pub", "root/.ssh/known_hosts",
     "etc/systemd/system/ssh.service.d/gpucheck-lab.conf", "var/lib/systemd/random-seed",
+    compute.AGENT_SHIM.lstrip("/"),
 )
 # Caches and leftovers of the run itself.
 SCRATCH = ("root/.ansible", "root/.cache", "tmp", "var/tmp")
@@ -78,7 +79,8 @@ def clean_layer(upper: Path) -> None:
     lab_nvml = upper / config.LAB_NVML_PATH.lstrip("/")
     if lab_nvml.is_file() and lab_nvml.stat().st_size == 0:  # only the lab's bind-mount target
         lab_nvml.unlink()
-    for directory in (config.FAKENVML_DIR, config.KERNEL_DIR, str(Path(config.LAB_NVML_PATH).parent)):
+    mount_points = (config.FAKENVML_DIR, config.KERNEL_DIR, compute.HOST_DIR, str(Path(config.LAB_NVML_PATH).parent))
+    for directory in mount_points:  # the innermost first
         path = upper / directory.lstrip("/")
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lab import config, net, procs
+from lab import compute, config, net, procs
 from lab.errors import LabError
 from lab.state import HostState
 
@@ -81,6 +81,12 @@ ExecReload=/bin/kill -HUP $MAINPID
 """
 
 
+def agent_env_file(gpus: bool) -> str:
+    """/etc/default/gpucheck: the agent's environment on this host (VAR=value lines)."""
+    env = {config.SYSFS_ENV: config.FAKE_SYSFS_DIR, **(compute.environment() if gpus else {})}
+    return "# Written by the gpucheck lab.\n" + "".join(f"{name}={value}\n" for name, value in env.items())
+
+
 def machine_id(name: str) -> str:
     """/etc/machine-id of lab host `name`: its own (the base image's is emptied), the same at every start, as a
     real machine's is (systemd-nspawn gives each boot its own boot id; the kernel is the build machine's)."""
@@ -114,9 +120,9 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         ("/root/.ssh/id_ed25519.pub", identity.client_pub + "\n", 0o644),
         (SSHD_CONFIG, sshd_config(host.address), 0o644),
         (SSHD_DROP_IN, sshd_drop_in(), 0o644),
-        # the same for what slurmd starts (its health check: roles/slurm's wrapper reads this file)
-        ("/etc/default/gpucheck", f"# Written by the gpucheck lab.\n{config.SYSFS_ENV}={config.FAKE_SYSFS_DIR}\n",
-         0o644),
+        # the same for what slurmd starts (its health check: roles/slurm's wrapper reads this file), and on a GPU
+        # host the simulated compute (lab/compute.py)
+        (compute.AGENT_ENV_FILE, agent_env_file(nvml_library is not None), 0o644),
         ("/etc/apt/apt.conf.d/90gpucheck-lab-proxy", apt_proxy_conf(proxy_url), 0o644),
         ("/etc/pip.conf",
          f"[global]\nproxy = {proxy_url}\ncert = /etc/ssl/certs/ca-certificates.crt\n", 0o644),
@@ -126,8 +132,10 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
     if nvml_library is not None:
         binds += [{"source": str(run_dir / "fakenvml"), "target": config.FAKENVML_DIR},
                   {"source": str(nvml_library), "target": config.LAB_NVML_PATH},
-                  {"source": str(run_dir / "kernel"), "target": config.KERNEL_DIR}]
+                  {"source": str(run_dir / "kernel"), "target": config.KERNEL_DIR},
+                  {"source": str(compute.SOURCE), "target": compute.HOST_DIR}]
         links.append({"path": config.NVML_PATH, "target": config.LAB_NVML_PATH})
+        files.append((compute.AGENT_SHIM, compute.agent_shim(), 0o755))
         kernel = {"dir": str(run_dir / "kernel"), "file": config.MODULE_VERSION_FILE,
                   "scenario": config.MODULE_SCENARIO_FILE, "driver_scenario": config.DRIVER_SCENARIO}
     return {

@@ -90,7 +90,8 @@ def test_each_run_is_recorded_in_the_history_and_a_broken_store_changes_no_verdi
                                            measured={"gpu.gemm": {"GPU0": {"bf16_TFLOPS": 701.5}}}))
     store = tmp_path / "history.sqlite"
     done, report, _ = cluster(sshd, tmp_path, hosts, "--history", str(store))
-    assert done.returncode == 2 and f"history: run 1 recorded in {store}" in done.stdout, done.stdout + done.stderr
+    said = f"history: run 1 recorded in {store} (cluster gpucheck)"  # the inventory names no cluster_name
+    assert done.returncode == 2 and said in done.stdout, done.stdout + done.stderr
     with Store(store) as history:
         [run] = history.query("SELECT kind, source, exit_code, complete FROM runs")
         assert run == {"kind": "cluster", "source": str(report / "report.json"), "exit_code": 2, "complete": 1}

@@ -93,6 +93,28 @@ def test_yaml_inventory_with_group_vars_and_host_vars_dirs(tmp_path: Path, key: 
     assert (b.user, b.port, b.vars) == ("ops", 2223, {"ib_address": "127.0.0.2"})  # templated, as in Ansible
 
 
+def test_the_cluster_is_the_inventorys_cluster_name_and_one_per_inventory(tmp_path: Path) -> None:
+    """What its runs are recorded under (one history store per cluster): group_vars/all's cluster_name, templated;
+    Slurm's default name where there is none; two names in one inventory are refused, naming the hosts. (A folder
+    each: Ansible's vars plugin remembers what a folder held within one process.)"""
+    def inventory(name: str, all_vars: str = "", gpu_b_vars: str = "") -> str:
+        root = tmp_path / name
+        (root / "group_vars").mkdir(parents=True)
+        (root / "host_vars").mkdir()
+        (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+            "gpu-a": {"ansible_host": "127.0.0.1"}, "gpu-b": {"ansible_host": "127.0.0.2"}}}}}}))
+        (root / "group_vars" / "all.yml").write_text(all_vars or "{}\n")
+        (root / "host_vars" / "gpu-b.yml").write_text(gpu_b_vars or "{}\n")
+        return str(root)
+
+    assert load([inventory("unnamed")]).cluster == "gpucheck"
+    assert load([inventory("named", "site: west\ncluster_name: '{{ site }}-gpu'\n")]).cluster == "west-gpu"
+    two = inventory("two", "cluster_name: west-gpu\n", "cluster_name: east-gpu\n")
+    with pytest.raises(InventoryError, match=r"more than one cluster_name: east-gpu \(gpu-b\); west-gpu \(gpu-a\)"):
+        load([two])
+    assert load([two], limit="gpu-b").cluster == "east-gpu"
+
+
 def test_templated_connection_variables(tmp_path: Path) -> None:
     path = tmp_path / "t.yml"
     path.write_text(yaml.safe_dump({"all": {"vars": {"base_port": 2200}, "hosts": {

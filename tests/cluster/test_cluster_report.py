@@ -141,7 +141,13 @@ def test_drain_txt_and_markdown() -> None:
     d = doc()
     assert render_drain(d).splitlines()[0] == "node02 gpucheck: gpu.ecc_errors GPU3 12 uncorrected"
     md = render_markdown(d)
-    assert md.startswith("# gpucheck cluster — FAIL (exit 2)")
+    assert md.startswith("# gpucheck cluster gpucheck — FAIL (exit 2)")  # no cluster_name: Slurm's default
+    unnamed = {k: v for k, v in d.items() if k != "cluster_name"}  # a report from before it named its cluster
+    assert render_markdown(unnamed).startswith("# gpucheck cluster — FAIL (exit 2)")
+    named = {**d, "cluster_name": "west-gpu"}
+    assert render_markdown(named).startswith("# gpucheck cluster west-gpu — FAIL (exit 2)")
+    assert "<title>gpucheck cluster west-gpu — FAIL</title>" in render_html(named)
+    assert "<h1>gpucheck cluster west-gpu — FAIL (exit 2)</h1>" in render_html(named)
     assert "| FAIL | `cluster.consistency.driver_version` | node03: driver 535.161.08, 2 others: 535.183.01 |" in md
     assert "## Pair bandwidth" in md and "| horovod-tf | 8 | 720 img/s | 90% |" in md
 

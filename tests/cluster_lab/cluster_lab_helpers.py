@@ -5,14 +5,12 @@ the lab tests, running `gpucheck cluster` against inventory/lab with the current
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -373,14 +371,6 @@ def put_file(node: str, path: str, data: bytes, mode: str = "0644") -> None:
     """Write `data` to `path` on a lab host (through `lab ssh`, as base64 on the command line)."""
     encoded = base64.b64encode(data).decode()
     lab("ssh", node, "--", f"sh -c 'echo {encoded} | base64 -d > {path} && chmod {mode} {path}'", timeout=120)
-
-
-def fake_cupy_tar() -> bytes:
-    """tests/fakecupy as a .tgz, to put a fake CuPy on a lab host's path (a wrapper given as --remote-command)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(ROOT / "tests" / "fakecupy", arcname=".", filter=lambda m: None if "__pycache__" in m.name else m)
-    return buffer.getvalue()
 
 
 def lines_matching(text: str, pattern: str) -> list[str]:

@@ -1,7 +1,7 @@
-"""Stage `burn` on the lab (docs/burn.md): every host burning its 8 simulated GPUs at once on the fake CuPy (tests/
-fakecupy, GEMMs on a modelled clock) while the built-in all-reduce (Horovod on CPU ranks) loops across the hosts,
-through SSH and through Slurm. The lab's inventory puts the hosts in racks of two (A: node01, node02; B: node03,
-node04), a leaf switch each.
+"""Stage `burn` on the lab (docs/burn.md): every host burning its 8 simulated GPUs at once on the lab's simulated GPU
+compute (lab/compute.py: the fake CuPy, GEMMs on a modelled clock) while the built-in all-reduce (Horovod on CPU
+ranks) loops across the hosts, through SSH and through Slurm. The lab's inventory puts the hosts in racks of two
+(A: node01, node02; B: node03, node04), a leaf switch each.
 
 - A healthy cluster passes.
 - Rack A throttling for a thermal reason only under load (scenario hot-under-load: the fake NVML answers 94 °C and
@@ -9,11 +9,12 @@ node04), a leaf switch each.
   node02 by their own verdicts and stage `shape` names rack A.
 - A slow leaf switch (both links behind leaf-B slowed with tc): stage `shape` names leaf-B.
 
-The fake sits outside the agent: a wrapper given as --remote-command puts it on the path (as
-test_regression_lab.py does), and node04 runs the healthy DGX H100 scenario here, its ECC fault set back after."""
+A wrapper given as --remote-command slows the model for 32 workers on two cores (as test_regression_lab.py sets its
+own knobs), and node04 runs the healthy DGX H100 scenario here, its ECC fault set back after."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -22,7 +23,6 @@ from cluster_lab_helpers import (
     FAULTY,
     LabState,
     by_check,
-    fake_cupy_tar,
     lab,
     put_file,
     restore_link,
@@ -31,41 +31,32 @@ from cluster_lab_helpers import (
     slurm_cmd,
 )
 
+from lab import compute
+
 pytestmark = pytest.mark.lab
 
 NODES = ("node01", "node02", "node03", FAULTY)
 DIR = "/var/tmp/fakegpu"
 # TFLOP/s: 32 GPU workers on the machine's two cores; each modelled GEMM waits ~30 x longer than numpy takes
 RATE = 0.00005
-PROFILE = """name: fakeburn
-description: the lab's profile, with GEMM floors below the modelled fake GPU
-inherits: lab
-burnin:
-  gemm_fraction_min: 1.0e-9
-"""
 WRAPPER = f"""#!/bin/sh
-# gpucheck on simulated GPUs that compute: the fake CuPy first on the path, its knobs from {DIR}/env
-set -a; . {DIR}/env; set +a
-exec gpucheck "$@"
+# gpucheck on the lab's simulated GPU compute, with this test's knobs from {DIR}/env
+set -a; . {compute.AGENT_ENV_FILE}; . {DIR}/env; set +a
+exec {compute.AGENT_LINK} "$@"
 """
-KNOBS = (f"PYTHONPATH={DIR}\nFAKECUPY_TFLOPS={RATE}\nFAKECUPY_FREE_BYTES={2**20}\nFAKECUPY_TOTAL_BYTES={2**21}\n"
-         "OPENBLAS_NUM_THREADS=1\n")
+KNOBS = f"FAKECUPY_TFLOPS={RATE}\nFAKECUPY_FREE_BYTES={2**20}\nFAKECUPY_TOTAL_BYTES={2**21}\n"
 # The lab's all-reduce runs on CPU ranks, on the cores the hosts' 32 burn workers share: under the burn it measured
 # 0.77 and 0.90 x its cold figure, so the fabric's warning is set at 0.4 x cold (0.7 by default)
-BURN = ["--remote-command", f"{DIR}/gpucheck", "--profile", f"{DIR}/profile.yaml", "--burn-minutes", "0.75",
+BURN = ["--remote-command", f"{DIR}/gpucheck", "--burn-minutes", "0.75",
         "--stage-timeout", "300", "--allreduce-size", "1M", "--burn-fabric-fraction", "0.4"]
 
 
 @pytest.fixture(scope="module")
 def fake_gpus(lab4: LabState):
-    tar = fake_cupy_tar()
     lab("fault", FAULTY, "scenario", "dgx-h100", timeout=120)  # all four healthy, for two racks of two
     try:
         for node in NODES:
             lab("ssh", node, "--", f"sh -c 'rm -rf {DIR} && mkdir -p {DIR}'", timeout=120)
-            put_file(node, f"{DIR}/fakecupy.tgz", tar)
-            lab("ssh", node, "--", f"tar xzf {DIR}/fakecupy.tgz -C {DIR}", timeout=120)
-            put_file(node, f"{DIR}/profile.yaml", PROFILE.encode())
             put_file(node, f"{DIR}/gpucheck", WRAPPER.encode(), "0755")
             put_file(node, f"{DIR}/env", KNOBS.encode())
         yield lab4
@@ -73,6 +64,17 @@ def fake_gpus(lab4: LabState):
         for node in NODES:
             lab("ssh", node, "--", f"rm -rf {DIR}", timeout=120, check=False)
         lab("fault", FAULTY, "scenario", "ecc-uncorrected", timeout=120, check=False)
+
+
+def test_gpucheck_typed_on_a_lab_host_runs_on_the_labs_simulated_compute(lab4: LabState) -> None:
+    """No wrapper, no knob: the lab's own compute model (lab/compute.py) under the agent a user reaches by SSH."""
+    done = lab("ssh", "node01", "--", "gpucheck node --full --only gpu.memtest gpu.p2p_bandwidth bw.nccl_allreduce "
+               "--format json", timeout=300, check=False)
+    checks = {r["check"]: r for r in json.loads(done.stdout)["results"]}
+    for check in ("gpu.memtest", "gpu.p2p_bandwidth", "bw.nccl_allreduce"):
+        assert checks[check]["status"] == "pass", (check, checks[check]["reason"], done.stderr[-2000:])
+    assert done.returncode == 0 and len(checks["gpu.memtest"]["measured"]) == 8
+    assert "built-in NCCL all-reduce" in checks["bw.nccl_allreduce"]["reason"]
 
 
 def burn_figures(doc: dict) -> dict:

@@ -1,19 +1,20 @@
 """A GPU 10 % slower than its own past, found on the lab (docs/history.md, "Baselines and regressions").
 
-node01 runs the real agent over SSH with the fake CuPy (tests/fakecupy) first on its path, its GEMMs on a modelled
-clock (FAKECUPY_TFLOPS), so its burn-in figures are the model's to within 1 % on the lab's two cores. A first
+node01 runs the real agent over SSH on the lab's simulated GPU compute (lab/compute.py: the fake CuPy, its GEMMs on a
+modelled clock), so its burn-in figures are the model's to within 1 % on the lab's two cores. A first
 `gpucheck cluster` run is node01's baseline; then GPU5 is set 10 % slower (FAKECUPY_SPEED, by the UUID the lab gave
 it) and the second run's stage `history` warns naming that GPU, while every floor of the profile (below the fake's
-speed) still passes. The fake sits outside the agent: a wrapper given to `gpucheck cluster --remote-command` puts it
-on the path, as a site would wrap its agent."""
+speed) still passes. The test's knobs sit outside the agent: a wrapper given to `gpucheck cluster --remote-command`
+reads the lab's agent environment, then its own, as a site would wrap its agent."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import LabState, by_check, fake_cupy_tar, lab, put_file, run_cluster
+from cluster_lab_helpers import LabState, by_check, lab, put_file, run_cluster
 
+from lab import compute
 from lab.gpus import gpu_uuid
 
 pytestmark = pytest.mark.lab
@@ -24,29 +25,22 @@ DIR = "/var/tmp/fakegpu"
 RATE = 0.0002  # TFLOP/s: numpy computes each GEMM in well under its modelled time, even with 8 workers on 2 cores
 FIGURES = {("gpu.gemm", f"{dtype}_TFLOPS") for dtype in ("bf16", "fp16", "tf32", "fp32", "fp64")}
 FIGURES.add(("gpu.burn", "TFLOPS_median"))
-PROFILE = """name: fakegpu
-description: the lab's profile, with GEMM floors below the modelled fake GPU (0.0002 TFLOP/s, 1e-7 x 989 for bf16)
-inherits: lab
-burnin:
-  gemm_fraction_min: 1.0e-7
-"""
 WRAPPER = f"""#!/bin/sh
-# gpucheck on simulated GPUs that compute: the fake CuPy first on the path, its knobs from {DIR}/env
-set -a; . {DIR}/env; set +a
-exec gpucheck "$@" --only gpu.gemm gpu.burn --burn-seconds 5
+# gpucheck on the lab's simulated GPU compute, with this test's knobs from {DIR}/env
+set -a; . {compute.AGENT_ENV_FILE}; . {DIR}/env; set +a
+exec {compute.AGENT_LINK} "$@" --only gpu.gemm gpu.burn --burn-seconds 5
 """
 
 
 def knobs(speed: str = "") -> str:
-    """1 MiB of GPU memory: GEMMs of n=256 (bf16) and 128, 21-168 ms each on the model; one BLAS thread each, as
-    numpy's BLAS threads spin between calls and would starve the other workers."""
-    return (f"PYTHONPATH={DIR}\nFAKECUPY_TFLOPS={RATE}\nFAKECUPY_FREE_BYTES={2**20}\nFAKECUPY_TOTAL_BYTES={2**21}\n"
-            f"OPENBLAS_NUM_THREADS=1\nFAKECUPY_SPEED={speed}\n")
+    """1 MiB of GPU memory: GEMMs of n=256 (bf16) and 128, 21-168 ms each on the model."""
+    return (f"FAKECUPY_TFLOPS={RATE}\nFAKECUPY_FREE_BYTES={2**20}\nFAKECUPY_TOTAL_BYTES={2**21}\n"
+            f"FAKECUPY_SPEED={speed}\n")
 
 
 def cluster(report: Path) -> tuple[int, dict]:
-    done, doc, _ = run_cluster(["--limit", NODE, "--remote-command", f"{DIR}/gpucheck", "--profile",
-                                f"{DIR}/profile.yaml", "--stages", "history"], report, timeout=600)
+    done, doc, _ = run_cluster(["--limit", NODE, "--remote-command", f"{DIR}/gpucheck", "--stages", "history"],
+                               report, timeout=600)
     return done.returncode, doc
 
 
@@ -60,9 +54,6 @@ def gpu_figures(doc: dict) -> dict[tuple[str, str, int], float]:
 @pytest.fixture
 def fake_gpus(lab4: LabState):
     lab("ssh", NODE, "--", f"sh -c 'rm -rf {DIR} && mkdir -p {DIR}'", timeout=120)
-    put_file(NODE, f"{DIR}/fakecupy.tgz", fake_cupy_tar())
-    lab("ssh", NODE, "--", f"tar xzf {DIR}/fakecupy.tgz -C {DIR}", timeout=120)
-    put_file(NODE, f"{DIR}/profile.yaml", PROFILE.encode())
     put_file(NODE, f"{DIR}/gpucheck", WRAPPER.encode(), "0755")
     put_file(NODE, f"{DIR}/env", knobs().encode())
     try:

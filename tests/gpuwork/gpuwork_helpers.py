@@ -1,6 +1,6 @@
 """Running the GPU programs (agent/gpucheck/gpuwork) as the node side does: a child process of this Python,
-its output read line by line. With `fake=True` (the default) tests/fakecupy is first on its PYTHONPATH, so it
-runs on the fake CuPy (tests/fakecupy/cupy/__init__.py says what it simulates); `fake=False` runs the real
+its output read line by line. With `fake=True` (the default) lab/fakecupy is first on its PYTHONPATH, so it
+runs on the fake CuPy (lab/fakecupy/cupy/__init__.py says what it simulates); `fake=False` runs the real
 CuPy of this interpreter."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab import compute
+
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "agent"
-FAKECUPY = ROOT / "tests" / "fakecupy"
+FAKECUPY = compute.SOURCE
 MARKER = "GPUCHECK_GPUWORK "
 MIB = 2**20
 FAKE_FREE_BYTES = 64 * MIB

@@ -1,4 +1,4 @@
-"""The fake CuPy (tests/fakecupy) stays faithful to the real one: every CuPy name the GPU programs use exists in
+"""The fake CuPy (lab/fakecupy) stays faithful to the real one: every CuPy name the GPU programs use exists in
 both, gemmEx is column-major as cuBLAS is, and memory runs out as on a GPU."""
 
 from __future__ import annotations

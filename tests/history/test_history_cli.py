@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -50,10 +51,55 @@ def test_import_records_each_report_once_and_skips_what_is_not_one(tmp_path: Pat
     assert again.returncode == 0 and "history: 0 run(s) recorded, 4 recorded before" in again.stdout
     runs = history(tmp_path, "runs", "--node", "gpu07")
     lines = runs.stdout.splitlines()
-    assert lines[0].split()[:3] == ["run", "started", "(UTC)"] and len(lines) == 5, runs.stdout
-    assert lines[1].split()[1:8] == ["2026-11-04T03:00:00Z", "cluster", "2", "1", "0", "0", "1"]  # gpu07 + gpu99
+    assert lines[0] == f"runs in {tmp_path / 'h.sqlite'}, newest first", runs.stdout  # reports without a cluster
+    assert lines[1].split()[:3] == ["run", "started", "(UTC)"] and len(lines) == 6, runs.stdout
+    assert lines[2].split()[1:8] == ["2026-11-04T03:00:00Z", "cluster", "2", "1", "0", "0", "1"]  # gpu07 + gpu99
     since = history(tmp_path, "runs", "--since", "2026-11-03")
-    assert [ln.split()[1] for ln in since.stdout.splitlines()[1:]] == ["2026-11-04T03:00:00Z", "2026-11-03T03:00:00Z"]
+    assert [ln.split()[1] for ln in since.stdout.splitlines()[2:]] == ["2026-11-04T03:00:00Z", "2026-11-03T03:00:00Z"]
+
+
+def own_state(tmp_path: Path) -> dict[str, str]:
+    """A user's environment: no $GPUCHECK_HISTORY, a state directory of its own."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUCHECK_HISTORY"}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    return env
+
+
+def cluster_run(folder: Path, cluster: str, day: int) -> Path:
+    doc = cluster_report({"node01": node_report("node01", f"2026-11-0{day}T03:00:00Z", 700.0)},
+                         f"2026-11-0{day}T03:00:00Z")
+    path = folder / f"{cluster}-{day}" / "report.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**doc, "cluster_name": cluster}))
+    return path
+
+
+def test_each_cluster_has_a_store_of_its_own_and_a_run_of_another_is_refused(tmp_path: Path) -> None:
+    """A lab's node01 and a production node01 never share a history: each cluster_name its own store."""
+    env, stores = own_state(tmp_path), tmp_path / "state" / "gpucheck" / "history"
+    lab, prod = cluster_run(tmp_path, "lab", 1), cluster_run(tmp_path, "prod", 2)
+    done = run_gpucheck(["history", "import", "--cluster", "lab", str(lab)], env)
+    assert done.returncode == 0 and f"({stores / 'lab.sqlite'}, cluster lab)" in done.stdout, done.stdout + done.stderr
+    mixed = run_gpucheck(["history", "import", "--cluster", "lab", str(prod)], env)
+    assert mixed.returncode == 3 and "keeps the runs of cluster lab, and this one is of cluster prod" in mixed.stderr
+    assert run_gpucheck(["history", "import", "--cluster", "prod", str(prod)], env).returncode == 0
+    assert sorted(p.name for p in stores.iterdir()) == ["lab.sqlite", "prod.sqlite"]
+    which = run_gpucheck(["history", "runs"], env)
+    assert which.returncode == 3 and "holds the stores of clusters lab, prod: name one with --cluster" in which.stderr
+    runs = run_gpucheck(["history", "runs", "--cluster", "prod"], env)
+    assert runs.stdout.splitlines()[0] == f"runs in {stores / 'prod.sqlite'}, cluster prod, newest first"
+    assert [line.split()[1] for line in runs.stdout.splitlines()[2:]] == ["2026-11-02T03:00:00Z"], runs.stdout
+
+
+def test_a_store_shared_by_every_cluster_from_before_is_never_taken_silently(tmp_path: Path) -> None:
+    env = own_state(tmp_path)
+    shared = tmp_path / "state" / "gpucheck" / "history.sqlite"
+    assert run_gpucheck(["history", "import", "--store", str(shared), str(cluster_run(tmp_path, "lab", 1))],
+                        env).returncode == 0
+    done = run_gpucheck(["history", "import", "--cluster", "lab", str(cluster_run(tmp_path, "lab", 2))], env)
+    mine = tmp_path / "state" / "gpucheck" / "history" / "lab.sqlite"
+    assert done.returncode == 3 and f"`mv {shared} {mine}` makes them cluster lab's" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not mine.exists()
 
 
 def test_show_a_node_and_a_gpu_over_their_last_runs(tmp_path: Path, reports: Path) -> None:

@@ -179,10 +179,12 @@ def test_an_admin_node_is_the_admin_group_without_simulated_gpus(tmp_path: Path)
     identity = host.HostIdentity("k", "p", "ck", "cp")
     admin_spec = host.spec(st.hosts[0], st.hosts, ["/base"], identity, "", st.proxy_url, None)
     node_spec = host.spec(st.hosts[1], st.hosts, ["/base"], identity, "", st.proxy_url, Path("/lib/fake.so"))
-    assert admin_spec["binds"] == []  # no fake NVML, no scenario: an admin node has no GPUs
+    assert admin_spec["binds"] == []  # no fake NVML, no scenario, no fake CuPy: an admin node has no GPUs
     assert admin_spec["links"] == [] and admin_spec["kernel"] is None
     assert [b["target"] for b in node_spec["binds"]] == ["/etc/fakenvml", "/usr/lib/gpucheck-lab/libnvidia-ml.so.1",
-                                                         "/etc/gpucheck-lab/kernel"]
+                                                         "/etc/gpucheck-lab/kernel", "/usr/lib/gpucheck-lab/python"]
+    assert "/usr/local/sbin/gpucheck" in {f["path"] for f in node_spec["files"]}  # the agent with the fake CuPy
+    assert "/usr/local/sbin/gpucheck" not in {f["path"] for f in admin_spec["files"]}
     # the NVML path is a link the driver package's alternative may take over, never a file mounted over it
     assert node_spec["links"] == [{"path": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
                                    "target": "/usr/lib/gpucheck-lab/libnvidia-ml.so.1"}]

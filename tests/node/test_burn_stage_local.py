@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from lab import compute
 from lab.fakenvml import build_library, env_for, scenario_path
 from support import ROOT
 
-FAKECUPY = ROOT / "tests" / "fakecupy"
+FAKECUPY = compute.SOURCE
 SMALL_GPU_B = 16 * 1024**2
 # TFLOP/s of the fake GPU's modelled clock: its burn figures are the model's, not what numpy gets of a loaded CPU
 # (a CPU shared with other tests made one window of the burn collapse below half the median and fail it). The

@@ -104,6 +104,8 @@ def test_the_measured_h100_passes_every_burn_in_check():
 @pytest.mark.parametrize("evaluate,test,change,words", [
     (speed_verdicts.gemm, "gemm", lambda r: r["tflops"].update(bf16=500.0),
      "bf16 500 TFLOP/s < 593 (0.6 x peak 989; 0.51 of it)"),
+    (speed_verdicts.gemm, "gemm", lambda r: r["tflops"].update(bf16=0.0002),  # a small share is not 0.00
+     "bf16 0.0002 TFLOP/s < 593 (0.6 x peak 989; 2e-07 of it)"),
     (speed_verdicts.memory_bandwidth, "memory_bandwidth", lambda r: r.update(copy_GBps=2000.0),
      "copy 2000 GB/s < 2345 (0.7 x data sheet 3350"),
     (speed_verdicts.host_bandwidth, "host_bandwidth", lambda r: r.update(h2d_GBps=25.2),

@@ -1,14 +1,15 @@
 """`gpucheck node` runs the real burn-in programs end to end: the fake NVML library for NVML, the fake CuPy
-(tests/fakecupy, numpy underneath) or the real CuPy without a CUDA driver for the GPU work, dmesg replayed."""
+(lab/fakecupy, numpy underneath) or the real CuPy without a CUDA driver for the GPU work, dmesg replayed."""
 
 from __future__ import annotations
 
 import pytest
 
+from lab import compute
 from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for
-from support import ROOT, by_check, report_of, run_gpucheck
+from support import by_check, report_of, run_gpucheck
 
-FAKECUPY = ROOT / "tests" / "fakecupy"
+FAKECUPY = compute.SOURCE
 SMALL_GPU_B = 16 * 1024**2  # each fake GPU's free memory: every size shrinks to fit, so the run takes seconds
 
 
@@ -21,7 +22,8 @@ def node(fake_bin, tmp_path):
     def run(scenario: str, *args: str, fake_cupy: bool = True, timeout: float = 240, **knobs: str):
         env = env_for(scenario_path(scenario), build_library())
         env.update(PATH=fake_bin.path(), GPUCHECK_CONFIG=str(config), FAKECUPY_FREE_BYTES=str(SMALL_GPU_B),
-                   FAKECUPY_TOTAL_BYTES=str(SMALL_GPU_B * 105 // 100), **knobs)  # an idle GPU: nearly all free
+                   FAKECUPY_TOTAL_BYTES=str(SMALL_GPU_B * 105 // 100))  # an idle GPU: nearly all free
+        env.update(knobs)
         if fake_cupy:
             env["PYTHONPATH"] = str(FAKECUPY)
         done = run_gpucheck(["node", "--format", "json", *args], env, timeout=timeout)
@@ -84,3 +86,16 @@ def test_only_an_active_check_on_a_node_with_a_gpu_gone_fails_for_it(node, tmp_p
     assert finding in memtest["reason"], memtest["reason"]
     assert "reseat it, check its power and PCIe link" in memtest["remediation"]
     assert all(memtest["measured"][f"GPU{i}"]["bad_words"] == 0 for i in range(7) if i != 4)  # the others tested
+
+
+def test_the_labs_modelled_gpus_pass_the_labs_profile(node):
+    """What a lab host runs out of the box (lab/compute.py's knobs, checks/lab.yaml): a healthy DGX H100 scenario
+    passes the memory, bandwidth and peer checks, each figure far below an H100's and above the lab's floors."""
+    knobs = {**compute.environment(), "PYTHONPATH": str(FAKECUPY)}
+    code, checks = node("dgx-h100", "--profile", "lab", "--only", "gpu.memtest", "gpu.memory_bandwidth",
+                        "gpu.host_bandwidth", "gpu.p2p_bandwidth", **knobs)
+    for check in ("gpu.memtest", "gpu.memory_bandwidth", "gpu.host_bandwidth", "gpu.p2p_bandwidth"):
+        assert checks[check]["status"] == "pass", (check, checks[check]["reason"])
+    assert code == 0
+    memtest = checks["gpu.memtest"]["measured"]
+    assert len(memtest) == 8 and all(gpu["coverage"] >= 0.85 for gpu in memtest.values()), memtest

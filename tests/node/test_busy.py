@@ -8,10 +8,11 @@ import os
 
 import pytest
 
+from lab import compute
 from lab.fakenvml import build_library, env_for, scenario_path
-from support import ROOT, by_check, report_of, run_gpucheck
+from support import by_check, report_of, run_gpucheck
 
-FAKECUPY = ROOT / "tests" / "fakecupy"
+FAKECUPY = compute.SOURCE
 SMALL_GPU_B = 16 * 1024**2
 H200_NEIGHBOUR = "576:75971428352"  # pid and bytes NVML gave for the program beside the real H200's burn-in
 

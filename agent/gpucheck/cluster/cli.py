@@ -169,8 +169,9 @@ def add_parser(subparsers: Any) -> None:
                           "~/.local/state/gpucheck/reports/... without XDG_STATE_HOME; never the current directory, "
                           "where a report is easily committed with a checkout)")
     cmp.add_argument("--history", type=Path, metavar="FILE",
-                     help="record the run in this history store (default: $GPUCHECK_HISTORY, else "
-                          "$XDG_STATE_HOME/gpucheck/history.sqlite; `gpucheck history` reads it)")
+                     help="record the run in this history store (default: $GPUCHECK_HISTORY, else the "
+                          "cluster's own, $XDG_STATE_HOME/gpucheck/history/<cluster_name>.sqlite, named after the "
+                          "inventory's cluster_name; `gpucheck history` reads it)")
     cmp.add_argument("--no-history", action="store_true", help="do not record the run in the history store")
 
 
@@ -272,8 +273,9 @@ def run(args: argparse.Namespace) -> int:
     with sigterm_as_interrupt():
         try:
             save()
-            print(f"gpucheck cluster: {len(inventory.hosts)} host(s) from {', '.join(inventory.sources)} (pattern "
-                  f"{inventory.pattern}{', limit ' + args.limit if args.limit else ''}); report in {directory}/")
+            print(f"gpucheck cluster: cluster {inventory.cluster}, {len(inventory.hosts)} host(s) from "
+                  f"{', '.join(inventory.sources)} (pattern {inventory.pattern}"
+                  f"{', limit ' + args.limit if args.limit else ''}); report in {directory}/")
             with progress.make(len(inventory.hosts)) as bar:
                 def done(outcome: Any) -> None:
                     ctx.nodes[outcome.host] = outcome

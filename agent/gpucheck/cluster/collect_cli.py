@@ -60,15 +60,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not options.agent_argv():
             raise ValueError("empty: give the agent's command on the nodes, e.g. /opt/gpucheck/bin/gpucheck")
-        path = args.store or default_path()
         inventory = load(args.inventory, args.pattern, args.limit)
+        path = args.store or default_path(cluster=inventory.cluster)
     except ValueError as exc:
         return fail(f"--remote-command: {exc}")
     except RuntimeError as exc:
         return fail(f"{exc}: give one with --store FILE")
-    except InventoryError as exc:
+    except (InventoryError, HistoryError) as exc:
         return fail(str(exc))
-    print(f"history collect: the kept reports of {len(inventory.hosts)} node(s) into {path}", flush=True)
+    print(f"history collect: the kept reports of {len(inventory.hosts)} node(s) of cluster {inventory.cluster} into "
+          f"{path}", flush=True)
     try:
         found = collect(list(inventory.hosts), options, Path(path), args.timeout, say)
     except HistoryError as exc:

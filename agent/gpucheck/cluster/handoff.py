@@ -111,6 +111,7 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
     doc = {
         "gpucheck_version": __version__,
         "kind": "cluster",
+        "cluster_name": ctx.inventory.cluster,
         "started": started,
         "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(duration_s, 3),

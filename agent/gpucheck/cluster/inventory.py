@@ -17,7 +17,9 @@ from .ssh import args as ssh_args
 DEFAULT_GROUP = "gpu_nodes"  # the playbook's group of GPU nodes; `all` when an inventory has none
 # inventory vars the later cluster stages and Slurm use: words a command line takes, and labels of what nodes share
 # (stage shape, the burn's racks, the reports), which never reach a command line
-WORD_VARS = ("ib_address", "slurm_node_name")
+WORD_VARS = ("ib_address", "slurm_node_name", "cluster_name")
+# A cluster's name where the inventory gives none: the one Slurm's cluster takes then (roles/slurm's default)
+DEFAULT_CLUSTER = "gpucheck"
 LABEL_VARS = ("rack", "leaf_switch", "pdu")
 # Ansible's names for each connection setting, first wins (as the ssh connection plugin reads them).
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
@@ -56,9 +58,10 @@ class Inventory:
     limit: str | None
     hosts: list[Host]
     config_file: str | None = None
+    cluster: str = DEFAULT_CLUSTER  # its cluster_name: what its runs are recorded under
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sources": self.sources, "pattern": self.pattern, "limit": self.limit,
+        return {"sources": self.sources, "pattern": self.pattern, "limit": self.limit, "cluster": self.cluster,
                 "config_file": self.config_file, "hosts": [h.to_dict() for h in self.hosts]}
 
 
@@ -307,4 +310,17 @@ def load(sources: list[str] | None = None, pattern: str | None = None, limit: st
             except Exception as exc:  # a host_vars file that does not parse, or is vault-encrypted
                 raise InventoryError(_vars_error(host.name, exc)) from None
             hosts.append(reader.host(host, merged))
-    return Inventory(sources=resolved, pattern=chosen, limit=limit, hosts=hosts, config_file=config._config_file)
+    return Inventory(sources=resolved, pattern=chosen, limit=limit, hosts=hosts, config_file=config._config_file,
+                     cluster=cluster_of(hosts))
+
+
+def cluster_of(hosts: list[Host]) -> str:
+    """The inventory's cluster_name (group_vars/all in ours); one cluster per inventory."""
+    names: dict[str, list[str]] = {}
+    for host in hosts:
+        names.setdefault(str(host.vars.get("cluster_name") or DEFAULT_CLUSTER), []).append(host.name)
+    if len(names) > 1:
+        said = "; ".join(f"{name} ({', '.join(members[:3])}{', ...' if len(members) > 3 else ''})"
+                         for name, members in sorted(names.items()))
+        raise InventoryError(f"the hosts name more than one cluster_name: {said}: check one cluster at a time")
+    return next(iter(names), DEFAULT_CLUSTER)

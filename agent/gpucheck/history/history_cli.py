@@ -29,8 +29,11 @@ EXPORT_COLUMNS = ("run", "node_run", "kind", "started", "node", "node_status", "
 AGO = re.compile(r"([0-9]{1,5})([dh])")  # --since 7d, 12h
 count = Bounded(int, "a whole number", 1, 10_000, low_included=True, limits="1 to 10000")
 EPILOG = f"""\
-The store: --store, else ${ENV}, else $XDG_STATE_HOME/gpucheck/history.sqlite (~/.local/state/... without
-XDG_STATE_HOME). `gpucheck cluster` records each of its runs there; `import` adds reports already on disk.
+The store: one per cluster, so that a lab's node01 never shares a baseline or an offender count with a
+production node01. --store, else ${ENV}, else $XDG_STATE_HOME/gpucheck/history/<cluster>.sqlite
+(~/.local/state/... without XDG_STATE_HOME) for --cluster, the inventory's cluster_name; without --cluster, the
+only store there. `gpucheck cluster` records each of its runs in its cluster's; `import` adds reports already on
+disk, and refuses a report of another cluster than the store's.
 
 exit codes: 0 done; 3 bad input, a store that cannot be used, or (import) a named file that is not a readable
 gpucheck report (the others are still imported).
@@ -38,6 +41,7 @@ gpucheck report (the others are still imported).
 examples:
   gpucheck history import ~/.local/state/gpucheck/reports     every report under it, each once
   gpucheck history runs --node node07                          the runs that checked node07, newest first
+  gpucheck history runs --cluster lab                          the lab's runs, where another cluster has a store
   gpucheck history show node07 --check gpu.gemm                its GEMM figures per GPU over its last runs
   gpucheck history show GPU-5d3c... --runs 20                  one GPU's figures, wherever it was
   gpucheck history baseline node07 --set                       after a repair: its latest run is the new baseline
@@ -61,14 +65,17 @@ def since(text: str) -> str:
 def add_parser(sub: Any) -> tuple[Any, Parser]:
     """(the verbs' subparsers, the options every verb shares): main.py adds `collect` there (cluster/collect_cli.py)."""
     common = Parser(add_help=False)
+    common.add_argument("--cluster", metavar="NAME", help="the cluster whose store to use: each cluster (its "
+                        "inventory's cluster_name) has its own, $XDG_STATE_HOME/gpucheck/history/NAME.sqlite "
+                        "(default: the only one there)")
     common.add_argument("--store", type=Path, metavar="FILE", help=f"the history store (default: ${ENV}, else "
-                        "$XDG_STATE_HOME/gpucheck/history.sqlite)")
+                        "the --cluster's)")
     history = sub.add_parser("history", help="what gpucheck remembers of past runs: import, collect, runs, show, "
                              "export",
                              epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-                             description="Every node report and cluster run in one SQLite store on the admin node: "
-                                         "each node's and each GPU's figures over time, for comparison, trends "
-                                         "and evidence.")
+                             description="Every node report and cluster run of a cluster in its SQLite store on "
+                                         "the admin node: each node's and each GPU's figures over time, for "
+                                         "comparison, trends and evidence.")
     verbs = history.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser, required=True)
     imp = verbs.add_parser("import", parents=[common], help="record reports already on disk",
                            description="Record node reports (gpucheck node --format json) and cluster report "
@@ -109,7 +116,7 @@ def add_parser(sub: Any) -> tuple[Any, Parser]:
 
 def open_store(args: argparse.Namespace, create: bool, reading: bool) -> Store:
     try:
-        return Store(args.store or default_path(), create=create, reading=reading)
+        return Store(args.store or default_path(cluster=args.cluster), create=create, reading=reading)
     except HistoryError as exc:
         fail(str(exc))
     except RuntimeError as exc:  # no home directory for the default
@@ -131,15 +138,21 @@ def do_import(store: Store, args: argparse.Namespace) -> int:
     for line in outcome.errors:
         print(f"gpucheck: error: {shown(line)}", file=sys.stderr)
     skipped = f"; {len(outcome.not_reports)} other JSON file(s) skipped" if outcome.not_reports else ""
-    print(f"history: {outcome.recorded} run(s) recorded, {outcome.known} recorded before{skipped} ({store.path})")
+    print(f"history: {outcome.recorded} run(s) recorded, {outcome.known} recorded before{skipped} "
+          f"({store.path}{of_cluster(store)})")
     return EXIT_UNKNOWN if outcome.errors else EXIT_OK
+
+
+def of_cluster(store: Store) -> str:
+    return f", cluster {shown(store.cluster)}" if store.cluster else ""
 
 
 def do_runs(store: Store, args: argparse.Namespace) -> int:
     rows = queries.runs(store, args.node, args.since, args.limit)
     if not rows:
-        print(f"no runs in {store.path}" + (f" for node {args.node}" if args.node else ""))
+        print(f"no runs in {store.path}{of_cluster(store)}" + (f" for node {args.node}" if args.node else ""))
         return EXIT_OK
+    print(f"runs in {store.path}{of_cluster(store)}, newest first")
     print(f"{'run':>6}  {'started (UTC)':<20}  {'kind':<7}  {'nodes':>5}  {'pass':>4} {'warn':>4} {'fail':>4} "
           f"{'other':>5}  exit  source")
     for r in rows:
@@ -157,10 +170,11 @@ def do_show(store: Store, args: argparse.Namespace) -> int:
     node_runs = queries.recent_node_runs(store, selection, args.runs)
     if not node_runs:
         known = queries.known_nodes(store)
-        fail(f"nothing recorded for {'GPU' if gpu else 'node'} {args.target} in {store.path}"
+        fail(f"nothing recorded for {'GPU' if gpu else 'node'} {args.target} in {store.path}{of_cluster(store)}"
              + (f" (nodes recorded: {', '.join(known[:10])}{', ...' if len(known) > 10 else ''})" if known else ""))
     found = queries.series(store, selection, node_runs)
-    sys.stdout.write(render_series(args.target, node_runs, found))
+    sys.stdout.write(render_series(args.target + (f" of cluster {store.cluster}" if store.cluster else ""),
+                                   node_runs, found))
     return EXIT_OK
 
 
@@ -205,7 +219,7 @@ def do_baseline(store: Store, args: argparse.Namespace) -> int:
 def do_offenders(store: Store, args: argparse.Namespace) -> int:
     found = {**offenders(store, args.failures, args.days), **gpu_offenders(store, args.failures, args.days)}
     if not found:
-        print(f"no node or GPU failed {args.failures} times in {args.days} days ({store.path})")
+        print(f"no node or GPU failed {args.failures} times in {args.days} days ({store.path}{of_cluster(store)})")
     for node, failures in found.items():
         print(shown(f"{node}: failed {len(failures)} times in {args.days} days: "
                     + ", ".join(f"{f.started} ({f.what})" for f in failures)))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..files import read_file
 from .records import NotAReport, Run, from_document
-from .store import Store
+from .store import HistoryError, Store
 
 MAX_REPORT_B = 256 * 1024 * 1024  # a cluster report.json of 256 nodes is ~50 MiB
 CLUSTER_REPORT = "report.json"  # a cluster report directory's document; its nodes/ hold the same node reports
@@ -76,7 +76,7 @@ def import_paths(store: Store, paths: list[Path], progress: Callable[[Path, str]
                 continue
             try:
                 run_id, new = store.record(run, str(file.resolve()))
-            except NotAReport as exc:  # a report of ours by its shape, with a value no record can hold
+            except (NotAReport, HistoryError) as exc:  # a value no record can hold; a run of another cluster
                 outcome.errors.append(f"{file}: {exc}")
                 continue
             outcome.recorded += new

@@ -12,11 +12,13 @@ from .store import HistoryError, Store, default_path
 
 
 def record_run(doc: dict[str, Any], source: Path, store_path: Path | None) -> tuple[bool, str]:
-    """(recorded, what to say)."""
+    """(recorded, what to say): into the store of the run's cluster, unless one is given."""
     try:
-        path = store_path or default_path()
+        run = from_document(doc)
+        path = store_path or default_path(cluster=run.cluster)
         with Store(path) as store:
-            run_id, new = store.record(from_document(doc), str(source))
+            run_id, new = store.record(run, str(source))
     except (HistoryError, NotAReport, RuntimeError, OSError, sqlite3.Error) as exc:
         return False, f"history: this run was not recorded: {exc}"
-    return True, f"history: run {run_id} {'recorded' if new else 'was already recorded'} in {path}"
+    of = f" (cluster {run.cluster})" if run.cluster else ""
+    return True, f"history: run {run_id} {'recorded' if new else 'was already recorded'} in {path}{of}"

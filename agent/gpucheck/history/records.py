@@ -52,12 +52,23 @@ class Run:
     gpucheck_version: str | None
     complete: bool
     nodes: list[NodeRun]
+    cluster: str | None = None  # the report's cluster_name (its inventory's), where it says one
 
 
 def text_of(value: Any) -> str | None:
     """A field a report gives as text (a version, a profile, a reason): any other JSON value as its text, so a node
     that sends a list where a word belongs is recorded as saying that, never stops the records of the others."""
     return None if value is None else value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def cluster_of(doc: dict[str, Any]) -> str | None:
+    """The cluster a report says it is of (`cluster_name`: a cluster run's inventory, a node's node.yaml)."""
+    name = doc.get("cluster_name")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise NotAReport(f"its cluster_name {json.dumps(name, default=str)[:40]} is not a name")
+    return name
 
 
 def exit_code_of(doc: dict[str, Any]) -> int | None:
@@ -157,7 +168,8 @@ def from_node_report(doc: dict[str, Any], node: str | None = None) -> Run:
     if not node:
         raise NotAReport("a node report without its host name")
     return Run(kind="node", started=utc(doc.get("started")), digest=digest(doc), exit_code=exit_code_of(doc),
-               gpucheck_version=text_of(doc.get("gpucheck_version")), complete=True, nodes=[node_run(node, doc)])
+               gpucheck_version=text_of(doc.get("gpucheck_version")), complete=True, nodes=[node_run(node, doc)],
+               cluster=cluster_of(doc))
 
 
 def from_cluster_report(doc: dict[str, Any]) -> Run:
@@ -176,7 +188,8 @@ def from_cluster_report(doc: dict[str, Any]) -> Run:
         worst = next((s for s in ("fail", "error", "warn", "pass") if any(v[1] == s for v in verdicts)), "skip")
         nodes.append(NodeRun(node=CLUSTER, status=worst, results=verdicts, figures=figures))
     return Run(kind="cluster", started=utc(doc.get("started")), digest=digest(doc), exit_code=exit_code_of(doc),
-               gpucheck_version=text_of(doc.get("gpucheck_version")), complete=bool(doc.get("complete")), nodes=nodes)
+               gpucheck_version=text_of(doc.get("gpucheck_version")), complete=bool(doc.get("complete")), nodes=nodes,
+               cluster=cluster_of(doc))
 
 
 def from_document(doc: Any) -> Run:

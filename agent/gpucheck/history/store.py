@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import time
 import zlib
@@ -91,6 +92,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
         node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE,
         since TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
         how TEXT NOT NULL)""",
+), (
+    # 2: the store's cluster: one store per cluster (a lab's node01 is not a production node01)
+    "CREATE TABLE about (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
 ),)
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -99,10 +103,46 @@ class HistoryError(Exception):
     """The store cannot be used (not ours, newer, unreadable): one line for the user."""
 
 
-def default_path(environ: Mapping[str, str] | None = None) -> Path:
-    """$GPUCHECK_HISTORY, else <state directory>/history.sqlite (files.user_state_dir)."""
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Where gpucheck before one store per cluster kept every cluster's runs in one file (beside STORES_DIR)
+SHARED_STORE = "history.sqlite"
+STORES_DIR = "history"
+
+
+def cluster_name(text: str) -> str:
+    """A cluster's name as a store is named after it; HistoryError for one that cannot name a file."""
+    if not CLUSTER_NAME.fullmatch(text):
+        raise HistoryError(f"cluster name {text!r} cannot name a history store: letters, digits, '.', '_' and '-', "
+                           "64 at most, starting with a letter or digit")
+    return text
+
+
+def default_path(environ: Mapping[str, str] | None = None, cluster: str | None = None) -> Path:
+    """$GPUCHECK_HISTORY; else cluster's own store, <state directory>/history/<cluster>.sqlite; without a cluster,
+    the only store there is. HistoryError when that leaves none, or more than one, or a store shared by every
+    cluster (from before) would be left behind unsaid. RuntimeError when there is no home for the state directory."""
     env = os.environ if environ is None else environ
-    return Path(env[ENV]) if env.get(ENV) else user_state_dir(env) / "history.sqlite"
+    if env.get(ENV):
+        return Path(env[ENV])
+    state = user_state_dir(env)
+    shared = state / SHARED_STORE
+    if cluster is not None:
+        path = state / STORES_DIR / f"{cluster_name(cluster)}.sqlite"
+        if shared.exists() and not path.exists():
+            raise HistoryError(f"{shared} holds runs from before gpucheck kept one store per cluster: `mv {shared} "
+                               f"{path}` makes them cluster {cluster}'s, or move it away")
+        return path
+    stores = sorted((state / STORES_DIR).glob("*.sqlite"))
+    if len(stores) == 1:
+        return stores[0]
+    if stores:
+        names = ", ".join(p.stem for p in stores)
+        raise HistoryError(f"{state / STORES_DIR} holds the stores of clusters {names}: name one with --cluster")
+    if shared.exists():
+        raise HistoryError(f"{shared} holds runs from before gpucheck kept one store per cluster: move it to "
+                           f"{state / STORES_DIR}/<cluster>.sqlite, named after the inventory's cluster_name")
+    raise HistoryError(f"no history store in {state / STORES_DIR} yet (`gpucheck cluster` or `gpucheck history "
+                       "import` makes one, named after the inventory's cluster_name)")
 
 
 class Store:
@@ -234,11 +274,29 @@ class Store:
         except (OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError) as exc:  # rolled back, nothing kept
             raise NotAReport(f"a value no record can hold ({exc})") from None
 
+    @property
+    def cluster(self) -> str | None:
+        """The cluster whose runs this store keeps (None until a run that names one is recorded)."""
+        row = self.db.execute("SELECT value FROM about WHERE key = 'cluster'").fetchone()
+        return row[0] if row else None
+
+    def _claim(self, db: sqlite3.Connection, run: Run) -> None:
+        """The store is the cluster's its first named run names; a run of another cluster is refused whole."""
+        if run.cluster is None:
+            return
+        kept = self.cluster
+        if kept is None:
+            db.execute("INSERT INTO about (key, value) VALUES ('cluster', ?)", (run.cluster,))
+        elif kept != run.cluster:
+            raise HistoryError(f"{self.path} keeps the runs of cluster {kept}, and this one is of cluster "
+                               f"{run.cluster}: each cluster has a store of its own (--cluster, --store, ${ENV})")
+
     def _record(self, run: Run, source: str) -> tuple[int, bool]:
         with self.transaction() as db:
             row = db.execute("SELECT id FROM runs WHERE digest = ?", (run.digest,)).fetchone()
             if row:
                 return row[0], False
+            self._claim(db, run)
             run_id = db.execute(
                 "INSERT INTO runs (kind, started, source, digest, exit_code, gpucheck_version, complete) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", (run.kind, run.started, source, run.digest, run.exit_code,

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import config
 from ..cli_types import fail, seconds
-from ..history.store import ENV, default_path
+from ..history.store import ENV, HistoryError, default_path
 from ..model import EXIT_OK
 from ..node import kept_reports
 from ..node.pipeline import UsageError
@@ -108,7 +108,7 @@ def gather(args: argparse.Namespace) -> tuple[collect.Collected, list[dict[str, 
     models = sorted({str(g["name"]) for g in gpus if g.get("name")})
     try:
         store = args.store or default_path()
-    except RuntimeError as exc:  # no home directory for the default
+    except (RuntimeError, HistoryError) as exc:  # no home directory, or no one store to take by default
         collected.fleet, note = [], f"no fleet comparison: {exc} (give --store FILE)"
     else:
         collected.fleet, note = collect.fleet(store, models, list(contents.ACTIVE_FIGURE_CHECKS))

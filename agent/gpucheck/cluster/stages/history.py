@@ -48,8 +48,8 @@ def history_stage(ctx: ClusterContext) -> list[Result]:
     if ctx.options.no_history:
         return skipped("--no-history: not compared with the history")
     try:
-        path = ctx.options.history or default_path()
-    except RuntimeError as exc:
+        path = ctx.options.history or default_path(cluster=ctx.inventory.cluster)
+    except (RuntimeError, HistoryError) as exc:
         return skipped(f"no history store: {exc}")
     if not path.exists():
         return skipped(f"no history yet ({path}): this run starts it")

@@ -72,6 +72,12 @@ def fmt(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
+def share(ratio: float) -> str:
+    """A measured / basis ratio: two decimals, and two significant digits where those would read 0.00 (the lab's
+    modelled GPUs run at 2e-07 of an H100)."""
+    return f"{ratio:.2f}" if ratio == 0 or abs(ratio) >= 0.005 else f"{ratio:.2g}"
+
+
 @dataclass
 class Gpu:
     """One GPU as the burn-in sees it: its worker's facts, NVML's facts, its SKU entry (None: not in the table)."""

@@ -19,7 +19,7 @@ from .. import Check, Context
 from ..busy import refuse_if_busy
 from ..per_gpu import NODE_EVIDENCE, live_gpus
 from .checks import no_gpu_list
-from .judge import WORKER_HINT, Gpu, fmt, gpu_view, pcie_link, setting, shown
+from .judge import WORKER_HINT, Gpu, fmt, gpu_view, pcie_link, setting, share, shown
 from .runner import gpu_program, run_programs
 
 PROGRAM = "gpucheck.gpuwork.p2p"
@@ -151,7 +151,7 @@ def p2p_bandwidth(f: dict[str, Any], p: Profile) -> Result:
         return Result(check, Status.SKIP, measured, None, "; ".join(notes) or "measured, not judged")
     low = min(ratios)
     reason = (f"every one of {pairs} ordered pairs at or above its minimum (slowest {low[1]} -> {low[2]} at "
-              f"{low[0]:.2f} of its basis)")
+              f"{share(low[0])} of its basis)")
     return Result(check, Status.PASS, measured, shown_expected, "; ".join([reason, *notes]))
 
 

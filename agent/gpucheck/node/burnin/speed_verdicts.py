@@ -13,7 +13,7 @@ from typing import Any
 from ...model import Result, Status
 from ...profiles import Profile
 from ..per_gpu import NODE_EVIDENCE, field_error, read_finding
-from .judge import Gpu, Judged, fmt, judge_each, pcie_link, setting, settle, shown
+from .judge import Gpu, Judged, fmt, judge_each, pcie_link, setting, settle, share, shown
 
 MIB, GIB = 1024**2, 1024**3
 
@@ -40,7 +40,7 @@ def ok_text(found: dict[str, Judged], what: str, basis: str) -> str:
     if low is None:
         return f"{what}: measured"
     label, figure, ratio = low
-    return f"{what}: every figure at or above its minimum (lowest: {label} {figure} at {ratio:.2f} of {basis})"
+    return f"{what}: every figure at or above its minimum (lowest: {label} {figure} at {share(ratio)} of {basis})"
 
 
 def against(judged: Judged, figure: str, value: float, basis: float, fraction: float, unit: str,
@@ -51,7 +51,7 @@ def against(judged: Judged, figure: str, value: float, basis: float, fraction: f
     judged.ratios[figure] = value / basis
     if value < minimum:
         return Status.FAIL, (f"{figure.split('_')[0]} {fmt(value)} {unit} < {fmt(minimum)} ({fraction:g} x "
-                             f"{basis_name} {fmt(basis)}; {value / basis:.2f} of it)")
+                             f"{basis_name} {fmt(basis)}; {share(value / basis)} of it)")
     return None
 
 

@@ -172,7 +172,8 @@ def scaling_lines(doc: dict[str, Any]) -> list[str]:
 
 def render_markdown(doc: dict[str, Any]) -> str:
     code = doc.get("exit_code", 3)
-    lines = [f"# gpucheck cluster — {verdict(code)} (exit {code})", ""]
+    of = f" {_cell(doc['cluster_name'])}" if doc.get("cluster_name") else ""
+    lines = [f"# gpucheck cluster{of} — {verdict(code)} (exit {code})", ""]
     if not doc.get("complete"):
         lines += ["**Incomplete**: this report was written before the run ended.", ""]
     inv = doc.get("inventory") if isinstance(doc.get("inventory"), dict) else {}
