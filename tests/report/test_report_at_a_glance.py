@@ -24,6 +24,7 @@ from gpucheck.report.cluster.markdown import render_markdown
 from gpucheck.report.cluster.summary import render_summary
 from gpucheck.report.node import render
 from gpucheck.report.values import show
+from gpucheck.report.views import for_person
 
 DRIVER = "install the NVIDIA driver (site.yml --tags gpu)"
 NVML_CHECKS = ["gpu.count", "gpu.model", "gpu.compute_capability", "gpu.driver", "gpu.memory", "gpu.persistence",
@@ -187,6 +188,26 @@ def test_node_text_has_units_and_no_empty_parts() -> None:
     text = render(Report("node01", "lab", results), "text")
     assert "free: / 72.5 GiB" in text and "free min: / 5 GiB" in text
     assert "counts" not in text and "=" not in text.split("\n", 1)[1]
+    xid_row = next(line for line in text.splitlines() if " gpu.xid " in line)
+    assert "no Xid since boot (dmesg)" in xid_row and "uptime" not in xid_row and "start -" not in xid_row
+
+
+def test_records_kept_for_tools_read_as_one_sentence() -> None:
+    """gpu.xid's window and cluster.scaling's points: what they found, not their keys; report.json keeps them."""
+    xids = {**XID, "counts": {"79": 2, "48": 1}, "fallen_off_bus": ["0000:18:00.0"],
+            "window": {**XID["window"], "since": "in the last 24 h (since 1200 s after boot)"}, "older": {"events": 3}}
+    assert for_person("gpu.xid", xids) == ("Xid 79 x2, Xid 48, 0000:18:00.0 fallen off the bus in the last 24 h "
+                                           "(since 1200 s after boot) (dmesg); 3 older, not judged")
+    points = {"points": [{"run": "1 rank", "ranks": 1, "throughput": 2018.4},
+                         {"run": "3 nodes", "ranks": 3, "throughput": 2503.2, "speedup": 1.24, "efficiency": 0.413}],
+              "unit": "samples/s", "device": "CPU", "references": []}
+    said = for_person("cluster.scaling", points)
+    assert said == ("1 rank 2018 samples/s; 3 ranks 2503 samples/s, speed-up 1.24x, efficiency 41% (CPU ranks)"), said
+    doc = demo_doc()
+    doc["cluster"].append({"check": "cluster.scaling", "status": "pass", "measured": points, "reason": "scaled"})
+    page = html.unescape(render_html(doc)).replace("\xa0", " ")
+    assert "3 ranks 2503 samples/s, speed-up 1.24x" in page and "throughput 2503" not in page
+    assert for_person("gpu.temperature", {"GPU0": 30}) == {"GPU0": 30}  # any other check: as it is
 
 
 # ---------------------------------------------------------------- each action once

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..values import figure, unit_of_check
+from ..views import for_person
 from .burnin import burnin_section
 from .drain import render_drain
 from .html_burn_map import burn_map_html
@@ -75,9 +76,11 @@ def results_table(results: list[dict[str, Any]]) -> str:
         action = str(r.get("remediation") or "") if status_of(r) != "pass" else ""
         note = f'<div class="note">{esc(action)}</div>' if action and action not in said else ""
         said.add(action)
+        measured = value_html(for_person(r.get("check"), r.get("measured")), unit_of_check(r.get("check")),
+                              r.get("reason"))
         rows.append(f'<tr style="background:{tint(status_of(r))}"><td>{badge(status_of(r))}</td>'
                     f'<td>{check_name(r.get("check", ""))}</td>'
-                    f'<td>{value_html(r.get("measured"), unit_of_check(r.get("check")), r.get("reason"))}</td>'
+                    f'<td>{measured}</td>'
                     f'<td>{value_html(r.get("expected"))}</td>'
                     f'<td>{esc_wrapping(r.get("reason", ""))}{note}{evidence_html(r)}</td></tr>')
     return ("<table><tr><th>status</th><th>check</th><th>measured</th><th>expected</th><th>reason</th></tr>"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...model import Report, Result, Status
 from .. import gpu_figures
 from ..values import listed, render, unit_of_check
+from ..views import for_person
 
 STATUS_WORD = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip",
                Status.ERROR: "ERROR"}
@@ -25,7 +26,7 @@ def cells(r: Result) -> tuple[tuple[str, str, str, str, str], list[str]]:
     """The row's cells and the lines under it."""
     gpus = gpu_figures.per_gpu(r.measured)
     if gpus is None:
-        (measured, below) = cell(r.measured, "measured", unit_of_check(r.check))
+        (measured, below) = cell(for_person(r.check, r.measured), "measured", unit_of_check(r.check))
         expected, more = cell(r.expected, "expected")
         return (STATUS_WORD[r.status], r.check, measured, expected, r.reason), below + more
     expected, below = (BELOW, []) if gpu_figures.expected_per_figure(r.expected) else cell(r.expected, "expected")
