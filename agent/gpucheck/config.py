@@ -1,6 +1,7 @@
 """The node's site configuration, /etc/gpucheck/node.yaml, written by the gpucheck_agent role, and the
 guarded YAML reader it shares with the profiles.
 
+    cluster_name: west-gpu         # the cluster this node is of (the inventory's): its reports say so
     profile: dgx-h100              # what this node is supposed to be (the inventory's gpucheck_profile), or auto
     profiles_dir: /etc/gpucheck/checks
     pins: {driver: "535.261.03", cuda: "12.2", cudnn: "8.9.7.29", nccl: "2.18.5"}  # what site.yml installed
@@ -60,6 +61,7 @@ class NodeConfig:
     stacks: list[Stack] = field(default_factory=list)
     pins: dict[str, str] = field(default_factory=dict)  # SYSTEM_PINS name -> version or glob
     prometheus_textfile: str | None = None  # each `gpucheck node` run also writes its metrics here
+    cluster_name: str | None = None  # the cluster the node is of: its reports' cluster_name (one history per cluster)
 
 
 def parse_yaml(text: str, label: str) -> Any:
@@ -115,15 +117,16 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
     data = read(target)
     if not isinstance(data, dict):
         raise ConfigError(f"{target} must be a YAML mapping")
-    unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks", "pins", "prometheus_textfile"}
+    unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks", "pins", "prometheus_textfile",
+                                     "cluster_name"}
     if unknown:
         raise ConfigError(f"{target}: unknown key(s) {', '.join(sorted(unknown))}")
-    for key in ("profile", "profiles_dir", "prometheus_textfile"):
+    for key in ("profile", "profiles_dir", "prometheus_textfile", "cluster_name"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{target}: '{key}' must be a string, not {shape(data[key])}")
     return NodeConfig(target, data.get("profile") or "auto", data.get("profiles_dir"),
                       read_stacks(target, data.get("stacks")), read_pins(target, "pins", data.get("pins"), SYSTEM_PINS),
-                      read_textfile(target, data.get("prometheus_textfile")))
+                      read_textfile(target, data.get("prometheus_textfile")), data.get("cluster_name") or None)
 
 
 def read_textfile(target: Path, value: str | None) -> str | None:

@@ -104,6 +104,7 @@ class Report:
     # a passive run: the checks of the newest kept run of active checks that passed (node/kept_reports.py), whose
     # figures the Prometheus text carries between two such runs; not in the JSON (facts.last_active_pass says when)
     last_active: list[Result] = field(default_factory=list)
+    cluster_name: str | None = None  # node.yaml's: the cluster whose history this report belongs to
 
     @property
     def exit_code(self) -> int:
@@ -119,6 +120,7 @@ class Report:
         return {
             "gpucheck_version": self.version,
             "host": self.host,
+            **({"cluster_name": self.cluster_name} if self.cluster_name else {}),
             "profile": self.profile,
             "started": self.started,
             "duration_s": round(self.duration_s, 3),

@@ -83,6 +83,10 @@ def test_each_cluster_has_a_store_of_its_own_and_a_run_of_another_is_refused(tmp
     mixed = run_gpucheck(["history", "import", "--cluster", "lab", str(prod)], env)
     assert mixed.returncode == 3 and "keeps the runs of cluster lab, and this one is of cluster prod" in mixed.stderr
     assert run_gpucheck(["history", "import", "--cluster", "prod", str(prod)], env).returncode == 0
+    node = tmp_path / "node01-prod.json"  # a node report says its cluster too (node.yaml's cluster_name)
+    node.write_text(json.dumps({**node_report("node01", "2026-11-03T03:00:00Z", 700.0), "cluster_name": "prod"}))
+    refused = run_gpucheck(["history", "import", "--cluster", "lab", str(node)], env)
+    assert refused.returncode == 3 and "this one is of cluster prod" in refused.stderr, refused.stderr
     assert sorted(p.name for p in stores.iterdir()) == ["lab.sqlite", "prod.sqlite"]
     which = run_gpucheck(["history", "runs"], env)
     assert which.returncode == 3 and "holds the stores of clusters lab, prod: name one with --cluster" in which.stderr

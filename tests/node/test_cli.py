@@ -146,6 +146,7 @@ def test_option_types_refuse_what_no_option_means(kind, text, message):
     ("stacks: {s: {python: p, frameworks: [torch], extra: 1}}\n", "stack 's' has unknown key(s) extra"),
     ("stacks: {s: [python]}\n", "stack 's' needs a 'python' path"),
     ("true: 1\n", "unknown key(s) True"),
+    ("cluster_name: [lab]\n", "'cluster_name' must be a string, not a list"),
 ])
 def test_node_yaml_shapes_are_config_errors(tmp_path, text, words):
     from gpucheck import config
@@ -168,6 +169,20 @@ def test_node_yaml_as_the_role_writes_it_loads(tmp_path):
     assert site.stacks == [config.Stack("tf-horovod", "/opt/stacks/tf-horovod/bin/python", ["tensorflow", "horovod"])]
     (tmp_path / "empty.yaml").write_text("profile:\nstacks:\n")
     assert config.load(tmp_path / "empty.yaml").stacks == [] and config.load(tmp_path / "empty.yaml").profile == "auto"
+    assert site.cluster_name is None
+
+
+def test_a_node_report_says_the_cluster_node_yaml_names(tmp_path):
+    """The role writes the inventory's cluster_name into node.yaml; the report carries it, so the admin node's
+    history records it in that cluster's store only (a report that names none says nothing)."""
+    path = tmp_path / "node.yaml"
+    path.write_text('cluster_name: "west-gpu"\nprofile: generic\n')
+    env = {**os.environ, "GPUCHECK_CONFIG": str(path)}
+    done = run_gpucheck(["node", "--only", "host.cpu", "--format", "json"], env)
+    assert json.loads(done.stdout)["cluster_name"] == "west-gpu", done.stderr
+    path.write_text("profile: generic\n")
+    assert "cluster_name" not in json.loads(run_gpucheck(["node", "--only", "host.cpu", "--format", "json"],
+                                                         env).stdout)
 
 
 def test_whatever_escapes_a_command_is_one_line_and_exit_3(monkeypatch, capsys):

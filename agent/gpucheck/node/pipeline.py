@@ -264,4 +264,5 @@ def judge(options: Options, config: NodeConfig) -> tuple[Report, dict[str, Any]]
     results = [evaluate(check, gather, profile) for check in checks]
     return Report(host=socket.gethostname(), profile=profile.name, results=results,
                   facts=summary_facts(ctx, profile, gather), thresholds=profile.data, started=started,
-                  duration_s=time.monotonic() - began, version=__version__), ctx.facts
+                  duration_s=time.monotonic() - began, version=__version__,
+                  cluster_name=config.cluster_name), ctx.facts
