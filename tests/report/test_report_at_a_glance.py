@@ -207,6 +207,16 @@ def test_records_kept_for_tools_read_as_one_sentence() -> None:
     doc["cluster"].append({"check": "cluster.scaling", "status": "pass", "measured": points, "reason": "scaled"})
     page = html.unescape(render_html(doc)).replace("\xa0", " ")
     assert "3 ranks 2503 samples/s, speed-up 1.24x" in page and "throughput 2503" not in page
+    smoke = {"1 rank": {"ranks": 1, "passed": True, "samples_per_s": 31189.234, "wall_s": 5.3, "hosts": ["node01"],
+                        "weights": "0448d37d964bedc6ee147801d700e1da"},
+             "3 nodes": {"ranks": 3, "passed": False, "samples_per_s": None, "wall_s": 12.2,
+                         "hosts": ["node01", "node02", "node03"], "weights": None}}
+    assert for_person("cluster.smoke.tf-horovod", smoke) == ("1 rank: 31189 samples/s in 5.3 s on node01; 3 ranks: "
+                                                             "failed in 12.2 s on node01, node02, node03")
+    allreduce = {"busbw_GBps": 0.225281, "algbw_GBps": 0.168961, "tool": "allreduce_bench", "backend": "mpi",
+                 "bytes": 67108864, "ranks": 3, "nodes": 3}
+    assert for_person("cluster.allreduce", allreduce) == ("bus 0.2253 GB/s (algorithm 0.169 GB/s), 64 MiB over 3 "
+                                                          "ranks on 3 nodes (allreduce_bench, mpi)")
     assert for_person("gpu.temperature", {"GPU0": 30}) == {"GPU0": 30}  # any other check: as it is
 
 

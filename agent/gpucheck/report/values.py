@@ -24,6 +24,16 @@ def figure(value: Any, unit: str = "") -> str:
     return f"{number_text(value)} {unit}".rstrip()
 
 
+def size(nbytes: Any) -> str:
+    """A byte count as a person reads it, in binary units: 67108864 -> `64 MiB`, 1536 -> `1.5 KiB`."""
+    if not isinstance(nbytes, int | float) or isinstance(nbytes, bool):
+        return str(nbytes)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes:g} B"
+
+
 def name_words(name: Any) -> tuple[str, str]:
     """A key's words and unit: `median_Gbps` -> ("median", "Gb/s"), `samples_per_s` -> ("", "samples/s"),
     `/` or `GPU0` or a path -> as it is, no unit."""

@@ -1,13 +1,14 @@
 """What a person reads in the MEASURED column for the checks whose `measured` is a record kept for tools (the Xid
-window's boot id and offsets, the scaling run's points): one sentence made from it. report.json keeps the record
-whole; the text table and the HTML show `for_person(check, measured)`."""
+window's boot id and offsets, the scaling run's points, the smoke runs' weight digests, the all-reduce's byte
+count): one sentence made from it. report.json keeps the record whole; the text table and the HTML show
+`for_person(check, measured)`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from .values import figure
+from .values import figure, size
 
 
 def xid(measured: dict[str, Any]) -> str:
@@ -45,10 +46,47 @@ def scaling(measured: dict[str, Any]) -> str:
     return "; ".join(said) + device if said else "-"
 
 
-VIEWS: dict[str, Callable[[dict[str, Any]], str]] = {"gpu.xid": xid, "cluster.scaling": scaling}
+def allreduce(measured: dict[str, Any]) -> str:
+    """`bus 0.2253 GB/s (algorithm 0.169 GB/s), 64 MiB over 3 ranks on 3 nodes (allreduce_bench, mpi)`."""
+    text = f"bus {figure(measured.get('busbw_GBps'), 'GB/s')}"
+    if isinstance(measured.get("algbw_GBps"), int | float):
+        text += f" (algorithm {figure(measured['algbw_GBps'], 'GB/s')})"
+    nbytes = measured.get("bytes", measured.get("size_B"))
+    if nbytes is not None:
+        text += f", {size(nbytes)}"
+    ranks, nodes = measured.get("ranks"), measured.get("nodes")
+    if ranks is not None or nodes is not None:
+        text += (f" over {ranks} ranks" if ranks is not None else " over") + (f" on {nodes} nodes" if nodes else "")
+    how = [str(measured[k]) for k in ("tool", "backend") if measured.get(k)]
+    return text + (f" ({', '.join(how)})" if how else "")
+
+
+def smoke(measured: dict[str, Any]) -> str:
+    """`1 rank: 31189 samples/s in 5.3 s on node01; 3 ranks: 4987 samples/s in 12.2 s on node01, node02, node03`
+    (each run's weights digest is in report.json; the reason says whether they agree)."""
+    said = []
+    for label, run in measured.items():
+        if not isinstance(run, dict):
+            continue
+        ranks = run.get("ranks")
+        text = f"{ranks} rank{'' if ranks == 1 else 's'}: " if ranks is not None else f"{label}: "
+        text += figure(run.get("samples_per_s"), "samples/s") if run.get("passed") else "failed"
+        if isinstance(run.get("wall_s"), int | float):
+            text += f" in {figure(run['wall_s'], 's')}"
+        hosts = run.get("hosts")
+        if isinstance(hosts, list) and hosts:
+            text += f" on {', '.join(map(str, hosts))}"
+        said.append(text)
+    return "; ".join(said) or "-"
+
+
+VIEWS: dict[str, Callable[[dict[str, Any]], str]] = {"gpu.xid": xid, "cluster.scaling": scaling,
+                                                      "cluster.allreduce": allreduce}
+FAMILIES: dict[str, Callable[[dict[str, Any]], str]] = {"cluster.smoke.": smoke}  # one check per framework
 
 
 def for_person(check: Any, measured: Any) -> Any:
     """The check's measured value as the reports show it: its sentence where it has one, else as it is."""
-    view = VIEWS.get(str(check))
+    name = str(check)
+    view = VIEWS.get(name) or next((v for prefix, v in FAMILIES.items() if name.startswith(prefix)), None)
     return view(measured) if view and isinstance(measured, dict) else measured

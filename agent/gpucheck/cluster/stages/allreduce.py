@@ -17,6 +17,7 @@ import time
 
 from ...model import Result, Status
 from ...parsers import ParseError, parse
+from ...report import values
 from ...workloads.launch import script_path
 from ...workloads.results import judge_allreduce, parse_results
 from .. import jobs
@@ -33,13 +34,6 @@ DEFAULT_SIZE_B = 8 * 1024**3
 BUILTIN = "builtin"  # no all_reduce_perf on the launcher: workloads/allreduce_bench.py
 REMEDIATION = ("run it by hand with NCCL_DEBUG=INFO (which transport: NET/IB or Socket?); check the IB links "
                "(cluster.network), GPUDirect RDMA and the NCCL version on every node")
-
-
-def _human(size: int) -> str:
-    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor}{unit}"
-    return str(size)
 
 
 def minimum_for(ctx: ClusterContext, nodes: list[str]) -> tuple[float | None, str]:
@@ -94,7 +88,7 @@ def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary:
     program = [binary, "-b", str(size), "-e", str(size), "-g", str(gpus), "-n", "20", "-w", "5", "-c", "1"]
     done = jobs.mpirun(ctx, run, lay, program, {}, timeout)
     expected = f">= {minimum:g} GB/s" if minimum else None
-    where = f"{len(nodes)} nodes x {gpus} GPUs, {_human(size)}"
+    where = f"{len(nodes)} nodes x {gpus} GPUs, {values.size(size)}"
     try:
         parsed = parse("nccl-tests", done.stdout)
     except ParseError as exc:
@@ -146,7 +140,9 @@ def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: f
     verdict = judge_allreduce(rows, lay.ranks, judged_min)
     busbw = verdict.get("busbw_GBps")
     backend = next((r.get("backend") for r in rows if r.get("backend")), None)
-    where = f"{lay.ranks} ranks on {len(nodes)} nodes ({'GPUs' if gpus else 'CPU'}, Horovod/{backend or '?'}), {size}B"
+    said_size = values.size(verdict["bytes"]) if isinstance(verdict.get("bytes"), int) else f"{size}B"
+    where = (f"{lay.ranks} ranks on {len(nodes)} nodes ({'GPUs' if gpus else 'CPU'}, Horovod/{backend or '?'}), "
+             f"{said_size}")
     measured = {"busbw_GBps": busbw, "algbw_GBps": verdict.get("algbw_GBps"), "tool": "allreduce_bench",
                 "backend": backend, "bytes": verdict.get("bytes"), "ranks": lay.ranks, "nodes": len(nodes)}
     expected = f">= {judged_min:g} GB/s" if judged_min else None
