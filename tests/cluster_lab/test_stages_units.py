@@ -223,6 +223,8 @@ def test_smoke_passes_and_gives_scaling_points() -> None:
     results = smoke.smoke_stage(ctx, fake)
     by = {r.check: r for r in results}
     assert by["cluster.smoke.tf-horovod"].status == Status.PASS, by["cluster.smoke.tf-horovod"].reason
+    said = by["cluster.smoke.tf-horovod"].reason  # the weights agree, said without their digest (report.json has it)
+    assert "identical weights on all 3 ranks" in said and "sha256" not in said
     scaling = by["cluster.scaling"]
     assert scaling.status == Status.PASS
     assert [p["gpus"] for p in ctx.scaling] == [1, 3]

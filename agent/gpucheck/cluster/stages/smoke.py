@@ -197,14 +197,13 @@ def _smoke_result(check: str, framework: str, runs: list[Run], gpus: bool, tail:
 
 
 def _loss_text(verdict: Mapping[str, Any], r: Run) -> str:
-    majority = verdict.get("weights_majority")
+    """What the run proved, for a person; the weights' digest stays in `measured` (report.json), no text."""
     if verdict.get("ps"):
         tasks = verdict.get("expected_tasks") or {}
         return (f"loss fell {_num(verdict.get('loss_first'))} -> {_num(verdict.get('loss_last'))} on the chief, every "
                 f"one of {tasks.get('worker')} worker(s) read back the variables of {tasks.get('ps')} ps task(s) "
-                f"identically" + (f" (sha256 {str(majority)[:12]})" if majority else ""))
-    return (f"loss fell on every rank, identical weights on all {verdict.get('reported_ranks', r.ranks)} ranks"
-            + (f" (sha256 {str(majority)[:12]})" if majority else ""))
+                f"identically")
+    return f"loss fell on every rank, identical weights on all {verdict.get('reported_ranks', r.ranks)} ranks"
 
 
 def _num(value: Any) -> str:
