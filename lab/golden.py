@@ -22,10 +22,10 @@ from lab.run import run
 # What the lab writes into every host at each start, or mounts over: never part of an image.
 HOST_ONLY = (
     "etc/hostname", "etc/machine-id", "etc/hosts", "etc/resolv.conf", "etc/ssh/ssh_known_hosts",
-    "etc/apt/apt.conf.d/90gpucheck-lab-proxy", "etc/pip.conf", "etc/gpucheck-lab/sshd_config", "etc/default/gpucheck",
+    "etc/apt/apt.conf.d/90gpucheck-lab-proxy", "etc/pip.conf", "etc/gpucheck-lab/sshd_config",
     "root/.ssh/id_ed25519", "root/.ssh/id_ed25519.pub", "root/.ssh/known_hosts",
     "etc/systemd/system/ssh.service.d/gpucheck-lab.conf", "var/lib/systemd/random-seed",
-    compute.AGENT_SHIM.lstrip("/"),
+    compute.AGENT_ENV_FILE.lstrip("/"), compute.AGENT_SHIM.lstrip("/"),
 )
 # Caches and leftovers of the run itself.
 SCRATCH = ("root/.ansible", "root/.cache", "tmp", "var/tmp")

@@ -22,6 +22,7 @@ from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.cluster.ssh.result import Remote
 from gpucheck.model import Status
+from lab import compute
 from labkit import lab_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -365,6 +366,16 @@ def slow_link(node: str, rate: str = "200mbit") -> None:
 def restore_link(node: str) -> None:
     netns_exec(node, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
     subprocess.run(["tc", "qdisc", "del", "dev", host_veth(node), "root"], capture_output=True, timeout=30)
+
+
+def knob_wrapper(directory: str, extra: str = "") -> str:
+    """A `--remote-command` for a test that sets the lab's fake-GPU knobs its own way (lab/compute.py): the agent
+    with the lab's environment file read, then DIRECTORY/env over it; `extra`: arguments after the caller's."""
+    return f"""#!/bin/sh
+# gpucheck on the lab's simulated GPU compute, with this test's knobs from {directory}/env
+set -a; . {compute.AGENT_ENV_FILE}; . {directory}/env; set +a
+exec {compute.AGENT_LINK} "$@"{' ' + extra if extra else ''}
+"""
 
 
 def put_file(node: str, path: str, data: bytes, mode: str = "0644") -> None:

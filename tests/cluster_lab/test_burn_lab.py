@@ -23,6 +23,7 @@ from cluster_lab_helpers import (
     FAULTY,
     LabState,
     by_check,
+    knob_wrapper,
     lab,
     put_file,
     restore_link,
@@ -31,19 +32,13 @@ from cluster_lab_helpers import (
     slurm_cmd,
 )
 
-from lab import compute
-
 pytestmark = pytest.mark.lab
 
 NODES = ("node01", "node02", "node03", FAULTY)
 DIR = "/var/tmp/fakegpu"
 # TFLOP/s: 32 GPU workers on the machine's two cores; each modelled GEMM waits ~30 x longer than numpy takes
 RATE = 0.00005
-WRAPPER = f"""#!/bin/sh
-# gpucheck on the lab's simulated GPU compute, with this test's knobs from {DIR}/env
-set -a; . {compute.AGENT_ENV_FILE}; . {DIR}/env; set +a
-exec {compute.AGENT_LINK} "$@"
-"""
+WRAPPER = knob_wrapper(DIR)
 KNOBS = f"FAKECUPY_TFLOPS={RATE}\nFAKECUPY_FREE_BYTES={2**20}\nFAKECUPY_TOTAL_BYTES={2**21}\n"
 # The lab's all-reduce runs on CPU ranks, on the cores the hosts' 32 burn workers share: under the burn it measured
 # 0.77 and 0.90 x its cold figure, so the fabric's warning is set at 0.4 x cold (0.7 by default)

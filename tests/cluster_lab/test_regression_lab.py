@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import LabState, by_check, lab, put_file, run_cluster
+from cluster_lab_helpers import LabState, by_check, knob_wrapper, lab, put_file, run_cluster
 
-from lab import compute
 from lab.gpus import gpu_uuid
 
 pytestmark = pytest.mark.lab
@@ -25,11 +24,7 @@ DIR = "/var/tmp/fakegpu"
 RATE = 0.0002  # TFLOP/s: numpy computes each GEMM in well under its modelled time, even with 8 workers on 2 cores
 FIGURES = {("gpu.gemm", f"{dtype}_TFLOPS") for dtype in ("bf16", "fp16", "tf32", "fp32", "fp64")}
 FIGURES.add(("gpu.burn", "TFLOPS_median"))
-WRAPPER = f"""#!/bin/sh
-# gpucheck on the lab's simulated GPU compute, with this test's knobs from {DIR}/env
-set -a; . {compute.AGENT_ENV_FILE}; . {DIR}/env; set +a
-exec {compute.AGENT_LINK} "$@" --only gpu.gemm gpu.burn --burn-seconds 5
-"""
+WRAPPER = knob_wrapper(DIR, "--only gpu.gemm gpu.burn --burn-seconds 5")
 
 
 def knobs(speed: str = "") -> str:

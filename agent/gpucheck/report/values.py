@@ -122,6 +122,11 @@ def render_mapping(value: dict[Any, Any], unit: str) -> str:
     return ", ".join(parts)
 
 
+def plural(count: Any, word: str, many: str = "") -> str:
+    """`1 node`, `3 nodes`, `1 GPU`, `8 GPUs` (`many`: a plural that is not word + s)."""
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
 def listed(names: list[str], shown: int = 3) -> str:
     """Names in one line, the first `shown` of them: `gpu.count, gpu.model, gpu.driver and 14 more`."""
     more = f" and {len(names) - shown} more" if len(names) > shown else ""

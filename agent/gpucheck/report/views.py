@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .values import figure, size
+from .values import figure, plural, size
 
 
 def xid(measured: dict[str, Any]) -> str:
@@ -35,8 +35,7 @@ def scaling(measured: dict[str, Any]) -> str:
     for point in measured.get("points") or []:
         if not isinstance(point, dict):
             continue
-        ranks = point.get("ranks")
-        text = f"{ranks} rank{'' if ranks == 1 else 's'} {figure(point.get('throughput'), unit)}"
+        text = f"{plural(point.get('ranks'), 'rank')} {figure(point.get('throughput'), unit)}"
         if isinstance(point.get("speedup"), int | float):
             text += f", speed-up {point['speedup']:.2f}x"
         if isinstance(point.get("efficiency"), int | float):
@@ -68,8 +67,7 @@ def smoke(measured: dict[str, Any]) -> str:
     for label, run in measured.items():
         if not isinstance(run, dict):
             continue
-        ranks = run.get("ranks")
-        text = f"{ranks} rank{'' if ranks == 1 else 's'}: " if ranks is not None else f"{label}: "
+        text = f"{plural(run['ranks'], 'rank')}: " if run.get("ranks") is not None else f"{label}: "
         text += figure(run.get("samples_per_s"), "samples/s") if run.get("passed") else "failed"
         if isinstance(run.get("wall_s"), int | float):
             text += f" in {figure(run['wall_s'], 's')}"

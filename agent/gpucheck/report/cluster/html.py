@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..values import figure, unit_of_check
+from ..values import figure, plural, unit_of_check
 from ..views import for_person
 from .burnin import burnin_section
 from .drain import render_drain
@@ -34,12 +34,12 @@ from .wording import (
     node_map,
     on_cpu,
     pair_text,
-    plural,
     published_scaling,
     scaling_points,
     slow_pairs,
     speed_text,
     status_of,
+    title,
     verdict,
 )
 
@@ -178,8 +178,7 @@ def banner(doc: dict[str, Any]) -> str:
     code = doc.get("exit_code", 3)
     colour = {0: COLOURS["pass"], 1: COLOURS["warn"], 2: COLOURS["fail"]}.get(code, COLOURS["error"])
     inv = doc.get("inventory") if isinstance(doc.get("inventory"), dict) else {}
-    of = f" {esc(doc['cluster_name'])}" if doc.get("cluster_name") else ""
-    return (f'<div class="banner" style="background:{colour}"><h1>gpucheck cluster{of} — {esc(verdict(code))} '
+    return (f'<div class="banner" style="background:{colour}"><h1>{esc(title(doc))} — {esc(verdict(code))} '
             f"(exit {esc(code)})</h1><small>started {esc(doc.get('started'))} · "
             f"{esc(figure(doc.get('duration_s', 0), 's'))} · {plural(len(node_map(doc)), 'node')} · "
             "inventory "
@@ -221,6 +220,6 @@ def render_html(doc: dict[str, Any]) -> str:
     body.append(f'<p class="note">gpucheck {esc(doc.get("gpucheck_version", ""))} · written {esc(doc.get("written"))}'
                 " · everything is in report.json</p></main>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width\"><title>gpucheck cluster"
-            f"{' ' + esc(doc['cluster_name']) if doc.get('cluster_name') else ''} — {esc(verdict(code))}</title>"
+            f"<meta name=\"viewport\" content=\"width=device-width\"><title>{esc(title(doc))} — "
+            f"{esc(verdict(code))}</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")

@@ -34,6 +34,7 @@ from .wording import (
     slow_pairs,
     speed_text,
     status_of,
+    title,
     verdict,
 )
 
@@ -172,8 +173,7 @@ def scaling_lines(doc: dict[str, Any]) -> list[str]:
 
 def render_markdown(doc: dict[str, Any]) -> str:
     code = doc.get("exit_code", 3)
-    of = f" {_cell(doc['cluster_name'])}" if doc.get("cluster_name") else ""
-    lines = [f"# gpucheck cluster{of} — {verdict(code)} (exit {code})", ""]
+    lines = [f"# {_cell(title(doc))} — {verdict(code)} (exit {code})", ""]
     if not doc.get("complete"):
         lines += ["**Incomplete**: this report was written before the run ended.", ""]
     inv = doc.get("inventory") if isinstance(doc.get("inventory"), dict) else {}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .wording import dicts, node_map, plural
+from ..values import plural
+from .wording import dicts, node_map
 
 LAUNCHERS = {
     "slurm": "Slurm (--launcher slurm): node checks through srun; MPI, all-reduce and training as Slurm jobs",

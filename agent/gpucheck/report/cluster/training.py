@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..values import figure
+from ..values import figure, plural
 from .html_parts import badge, esc
-from .wording import dicts, finite, number, plural
+from .wording import dicts, finite, number
 
 
 def section(doc: dict[str, Any]) -> dict[str, Any] | None:

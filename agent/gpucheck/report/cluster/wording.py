@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from ...references import REFERENCES
-from ..values import figure, listed
+from ..values import figure, listed, plural
 
 VERDICT = {0: "PASS", 1: "WARN", 2: "FAIL", 3: "COULD NOT CHECK EVERYTHING"}
 NETWORK_CHECK = "cluster.network"  # the stage whose blame the heat map marks (cluster/network_verdict.CHECK)
@@ -28,6 +28,11 @@ def verdict(code: Any) -> str:
     return VERDICT.get(code, "?") if isinstance(code, int) else "?"
 
 
+def title(doc: dict[str, Any]) -> str:
+    """`gpucheck cluster lab`: the report's name, with its cluster where the report says one."""
+    return "gpucheck cluster" + (f" {doc['cluster_name']}" if doc.get("cluster_name") else "")
+
+
 def number(value: Any, spec: str = "g") -> str:
     """A figure formatted by `spec`, or as it is when it is not a finite number (never an exception)."""
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
@@ -37,11 +42,6 @@ def number(value: Any, spec: str = "g") -> str:
 
 def finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def plural(count: Any, word: str, many: str = "") -> str:
-    """`1 node`, `3 nodes`, `1 GPU`, `8 GPUs` (`many`: a plural that is not word + s)."""
-    return f"{count} {word if count == 1 else many or word + 's'}"
 
 
 def status_of(item: Any) -> str:
