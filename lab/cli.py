@@ -46,7 +46,10 @@ kinds:
   up                   start its sshd again (undoes `down`)
   hang [CALL]          make an NVML call hang on that host (default: nvmlDeviceGetCount_v2,
                        which every agent run makes)
-  scenario NAME        replace the host's simulated GPUs with scenario NAME (lab/scenarios/NAME.scn)
+  scenario NAME        replace the host's simulated GPUs with scenario NAME (lab/scenarios/NAME.scn); a
+                       program that keeps NVML open sees the change, as counters change on a real GPU
+  xid [CODE]           log an Xid (default 79, fallen off the bus) in the host's kernel log, the file its
+                       gpucheck watch follows (lab/kernel_log.py)
   drift PKG==VER       pip-install another version of one package in the host's virtualenvs
                        (those under /opt, /usr/local, /root, /srv that have it, or --venv DIR)
   drift PKG=VER        apt-get install another version of one Debian package
@@ -94,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fault", help="inject a fault into one host (down, up, hang, scenario, drift)",
                        description=FAULT_HELP, formatter_class=fmt)
     p.add_argument("host", help="host name (node02) or address")
-    p.add_argument("kind", choices=["down", "up", "hang", "scenario", "drift"])
-    p.add_argument("arg", nargs="?", help="scenario NAME, drift PKG==VER / PKG=VER, or hang CALL")
+    p.add_argument("kind", choices=["down", "up", "hang", "scenario", "drift", "xid"])
+    p.add_argument("arg", nargs="?", help="scenario NAME, drift PKG==VER / PKG=VER, hang CALL or xid CODE")
     p.add_argument("--venv", help="for drift: the virtualenv to change (default: every one that has the package)")
 
     p = sub.add_parser("ssh", help="ssh into a host as root (interactive, or run CMD)",

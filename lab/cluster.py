@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import config, gpus, host, images, inventory, keys, net, procs, rootfs, slurm, standin_repo, state
+from lab import config, gpus, host, images, inventory, kernel_log, keys, net, procs, rootfs, slurm, standin_repo, state
 from lab.errors import EXIT_FAIL, EXIT_OK, EXIT_WARN, LabError
 from lab.progress import fmt_duration, plural, say, step
 from lab.ssh import ssh_run
@@ -236,7 +236,7 @@ def describe(st: LabState) -> str:
 
 
 # ----------------------------------------------------------------------------------------- faults
-FAULT_KINDS = ("down", "up", "hang", "scenario", "drift")
+FAULT_KINDS = ("down", "up", "hang", "scenario", "drift", "xid")
 
 
 def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None) -> str:
@@ -244,7 +244,7 @@ def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None)
     with state.locked():
         st = state.load_up()
         h = st.host(name)
-        if h.role != "node" and kind in ("hang", "scenario"):
+        if h.role != "node" and kind in ("hang", "scenario", "xid"):
             raise LabError(f"{h.name} is the {h.role} node: it has no simulated GPUs to fault")
         fake_dir = config.host_run_dir(h.name) / "fakenvml"
         if kind == "down":
@@ -268,6 +268,12 @@ def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None)
             h.scenario = arg
             h.faults = [f for f in h.faults if not f.startswith(("hang", "scenario"))] + [f"scenario {arg}"]
             msg = f"{h.name}: simulated GPUs now from scenario {arg}"
+        elif kind == "xid":
+            code = arg or "79"
+            if not code.isdigit() or not 0 < int(code) < 1000:
+                raise LabError(f"fault HOST xid takes an Xid code (a number such as 79), not {code!r}")
+            kernel_log.plant(h.name, kernel_log.xid_message(int(code)))
+            return f"{h.name}: Xid {code} logged in {kernel_log.HOST_FILE}"  # a line, not a state: nothing to undo
         elif kind == "drift":
             msg = _drift(h, arg, venv)
             _set_fault(h, f"drift {arg}", f"drift {arg}")

@@ -92,7 +92,7 @@ def nspawn_argv() -> list[str]:
         # root on a node reads the kernel log (gpu.xid runs dmesg); systemd-nspawn drops this capability
         "--capability=CAP_SYSLOG",
     ]
-    argv += [f"--bind-ro={b['source']}:{b['target']}" for b in SPEC["binds"]]
+    argv += [f"--bind{'' if b.get('writable') else '-ro'}={b['source']}:{b['target']}" for b in SPEC["binds"]]
     return argv
 
 

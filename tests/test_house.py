@@ -33,7 +33,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
     "schedule": FOUNDATION | {"schedule", "cli_types", "cli"},  # cli: gpucheck node's parser reads --daily-args
     "slurm_cli": FOUNDATION | {"cli_types"},
-    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule", "slurm_cli"},
+    "watch": FOUNDATION | {"watch", "cli_types", "node", "parsers", "report"},
+    "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule", "slurm_cli",
+             "watch"},
     "__main__": {"main"},
 }
 

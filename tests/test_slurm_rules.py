@@ -1,4 +1,4 @@
-"""Who holds a Slurm node and what each of gpucheck's five paths may do with it (drain_rule: one table, one
+"""Who holds a Slurm node and what each of gpucheck's six paths may do with it (drain_rule: one table, one
 function; LBNL NHC's rule at its core: nobody undoes a state they did not make), the reason gpucheck writes, and
 how scontrol's words are read. The whole table is walked on a real slurmctld in tests/node/test_drain_table.py."""
 
@@ -16,6 +16,7 @@ HELD = {
     "nobody": slurm.NodeState("n1", "IDLE", ""),
     "passive": slurm.NodeState("n1", "MIXED+DRAIN", "gpucheck: gpu.xid Xid 79 on GPU2"),
     "active": slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: scheduled weekly: gpu.burn GPU3 95 °C > 87 °C"),
+    "watch": slurm.NodeState("n1", "MIXED+DRAIN", "gpucheck: watch: gpu.xid GPU 0000:18:00 has fallen off the bus"),
     "upgrade": slurm.NodeState("n1", "IDLE+DRAIN", "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)"),
     "admin-drain": slurm.NodeState("n1", "IDLE+DRAIN", "PSU swap"),
     "down": slurm.NodeState("n1", "DOWN+NOT_RESPONDING", "cable"),
@@ -31,6 +32,7 @@ HELD = {
     ("IDLE+DRAIN", "gpucheck: cluster: gpu.burn slow", "active"),
     ("IDLE+DRAIN", "gpucheck: scheduled daily: gpu.xid Xid 48", "active"),
     ("DRAINED", "gpucheck: upgrade to r550 stopped: x", "upgrade"), ("IDLE+DRAIN", "", "admin-drain"),
+    ("IDLE+DRAIN", "gpucheck: watch: gpu.ecc_errors GPU3: 2 uncorrected", "watch"),
     ("DOWN+DRAIN", "admin: PSU swap", "admin-drain"), ("DOWN", "admin: PSU swap", "down"), ("DOWN*", "", "down"),
     ("MIXED+FAIL", "failing DIMM", "fail"), ("IDLE+MAINT", "", "maint"), ("IDLE+MAINTENANCE+RESERVED", "", "maint"),
     ("IDLE+MAINT+DRAIN", "gpucheck: gpu.xid x", "maint"), ("DOWN+REBOOT_ISSUED", "reboot issued", "reboot"),
@@ -68,6 +70,13 @@ def test_the_holes_the_table_closes():
         assert verb(holder, "upgrade", "fail") == verb(holder, "upgrade", "pass") == "keep"
     # A pending reboot: a resume would cancel it (measured on slurmctld 22.05), a drain would replace its reason.
     assert {verb("reboot", path, v) for path in drain_rule.PATHS for v in drain_rule.VERDICTS} == {"keep"}
+    # The watcher's drain waits for proof: no passive pass resumes it, the watcher never resumes anything, and an
+    # active check's pass does; a passive drain it meets is made its own (it saw the fault as it happened).
+    for path in ("health-check", "prolog", "watch", "upgrade"):
+        assert verb("watch", path, "pass") == "keep"
+    assert {verb(holder, "watch", "pass") for holder in drain_rule.HOLDERS} == {"keep"}
+    assert verb("watch", "scheduled", "pass") == verb("watch", "cluster", "pass") == "resume"
+    assert verb("passive", "watch", "fail") == "drain" and verb("active", "watch", "fail") == "keep"
     kept = drain_rule.decide(HELD["active"], "health-check", "pass", [])
     assert "a passive check cannot see what it saw" in kept.reason
     assert "scontrol update nodename=n1 state=resume" in kept.reason

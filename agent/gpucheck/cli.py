@@ -267,17 +267,13 @@ def tell_slurm(node: str | None, report: Any, scheduled: str | None = None) -> i
 
     context = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
     path = "scheduled" if scheduled else "prolog" if context.startswith(("prolog", "epilog")) else "health-check"
-    verdict = drain_rule.verdict_of(report.exit_code)
-    findings = [f"{r.check} {r.reason}".strip() for r in report.results if r.status.value == "fail"]
     try:
-        current = slurm.show_node(slurm.this_node(node))
-        action = drain_rule.decide(current, path, verdict, findings, scheduled)
-        drain_rule.apply(action)
+        action = drain_rule.tell(path, report.exit_code, drain_rule.findings(report.results), node, scheduled)
     except slurm.SlurmError as exc:
         print(f"gpucheck: slurm: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     print(f"gpucheck: slurm: {action.describe()}", file=sys.stderr)
-    return EXIT_FAIL if verdict == "fail" else EXIT_OK  # a failed node is drained now, by us or before
+    return EXIT_FAIL if drain_rule.verdict_of(report.exit_code) == "fail" else EXIT_OK  # drained now, or before
 
 
 def cmd_parse(args: argparse.Namespace) -> int:

@@ -1,30 +1,34 @@
-"""Who holds a Slurm node, and what each of gpucheck's five paths may do with it: one table, one function.
+"""Who holds a Slurm node, and what each of gpucheck's six paths may do with it: one table, one function.
 
 A node is held by whoever took it out of service, known from its state and reason (`holder_of`): an admin (a drain
 with their own reason, DOWN, FAIL, MAINT, a pending reboot), one of gpucheck's passive checks (`gpucheck: <check>
-...`), one of its active checks (`gpucheck: scheduled KIND: ...`, `gpucheck: cluster: ...`), the rolling upgrade
-(`gpucheck: upgrade ...`), or nobody. Each path (the health check, a prolog, a scheduled check, `gpucheck cluster
---drain`, the rolling upgrade) asks `decide`, which reads RULES: what a fail, a pass and a could-not-judge may do to
-a node so held. docs/slurm.md prints the same table (`render_table`; a test holds them equal).
+...`), one of its active checks (`gpucheck: scheduled KIND: ...`, `gpucheck: cluster: ...`), the watcher (`gpucheck:
+watch: ...`), the rolling upgrade (`gpucheck: upgrade ...`), or nobody. Each path (the health check, a prolog, a
+scheduled check, `gpucheck cluster --drain`, `gpucheck watch`, the rolling upgrade) asks `decide`, which reads RULES:
+what a fail, a pass and a could-not-judge may do to a node so held. docs/slurm.md prints the same table
+(`render_table`; a test holds them equal).
 
 The rule's reasons: nobody undoes a state they did not make, except that an active check's pass clears a passive
 drain (it ran every passive check too) and the upgrade's clears what it found before it (its last check is a full
 passive run on the new stack); a passive check never undoes or overwrites what only an active check could see; a
 pending reboot is the admin's (a resume cancels it: measured on slurmctld 22.05, as LBNL NHC found); a run that
-proved nothing changes nothing.
+proved nothing changes nothing; the watcher only drains (one check's pass proves nothing of the node), and what it
+drained returns only through proof: an active check's pass (docs/watch.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .model import EXIT_FAIL, EXIT_UNKNOWN
-from .slurm import NodeState, one_node, scontrol
+from .slurm import NodeState, one_node, scontrol, show_node, this_node
 
 REASON_PREFIX = "gpucheck:"  # every reason gpucheck writes starts so
 UPGRADE_HEAD = "gpucheck: upgrade"  # + " to STACK (driver V)" / " to STACK stopped: ..." (roles/gpu_upgrade)
 SCHEDULED_HEAD = "gpucheck: scheduled"  # + " KIND:" (gpucheck schedule)
 CLUSTER_HEAD = "gpucheck: cluster:"  # gpucheck cluster --drain
+WATCH_HEAD = "gpucheck: watch:"  # gpucheck watch --slurm
 REASON_MAX = 240  # Slurm keeps longer reasons, but sinfo -R and squeue show the first few dozen characters
 VERDICTS = ("fail", "pass", "error")
 
@@ -34,6 +38,7 @@ HOLDERS = {
     "nobody": "in service (IDLE, MIXED, ALLOCATED ...)",
     "passive": "drained by a passive check: `gpucheck: <check> ...` (health check, prolog)",
     "active": "drained by an active check: `gpucheck: scheduled KIND: ...`, `gpucheck: cluster: ...`",
+    "watch": "drained by the watcher, as a fault appeared: `gpucheck: watch: <check> ...`",
     "upgrade": "drained by the rolling upgrade: `gpucheck: upgrade ...`",
     "admin-drain": "drained by someone else (any other reason, none included)",
     "down": "DOWN (no drain)",
@@ -41,24 +46,27 @@ HOLDERS = {
     "maint": "MAINT (a maintenance reservation is active)",
     "reboot": "a reboot pending or under way (`scontrol reboot`: REBOOT_REQUESTED, REBOOT_ISSUED)",
 }
-# The five paths, each with the rules of its kind.
+# The six paths, each with the rules of its kind.
 PATHS = {
     "health-check": ("passive", "Slurm's HealthCheckProgram: `gpucheck node --slurm`"),
     "prolog": ("passive", "a prolog or epilog: `gpucheck node --slurm` ($SLURMD_NODENAME)"),
     "scheduled": ("active", "a scheduled active check: `gpucheck node --scheduled KIND` (gpucheck schedule)"),
     "cluster": ("active", "`gpucheck cluster --drain` from the admin node"),
+    "watch": ("watch", "the watcher, as a fault appears: `gpucheck watch --slurm` (never resumes)"),
     "upgrade": ("upgrade", "the rolling upgrade: `gpucheck slurm apply --as upgrade` (playbooks/upgrade.yml)"),
 }
 _KEEP = ("keep", "keep", "keep")
 # holder -> kind of path -> what (fail, pass, error) may do: drain (with the path's own reason), resume, keep.
 RULES: dict[str, dict[str, tuple[str, str, str]]] = {
     "nobody": {"passive": ("drain", "keep", "keep"), "active": ("drain", "keep", "keep"),
-               "upgrade": ("drain", "keep", "keep")},
+               "watch": ("drain", "keep", "keep"), "upgrade": ("drain", "keep", "keep")},
+    # the watcher's drain replaces a passive one: what it saw as it happened then waits for proof, not a passive pass
     "passive": {"passive": ("drain", "resume", "keep"), "active": ("drain", "resume", "keep"),
-                "upgrade": ("drain", "resume", "keep")},
-    "active": {"passive": _KEEP, "active": ("drain", "resume", "keep"), "upgrade": _KEEP},
-    "upgrade": {"passive": _KEEP, "active": _KEEP, "upgrade": ("drain", "resume", "keep")},
-    **{holder: {"passive": _KEEP, "active": _KEEP, "upgrade": _KEEP}
+                "watch": ("drain", "keep", "keep"), "upgrade": ("drain", "resume", "keep")},
+    "active": {"passive": _KEEP, "active": ("drain", "resume", "keep"), "watch": _KEEP, "upgrade": _KEEP},
+    "watch": {"passive": _KEEP, "active": ("drain", "resume", "keep"), "watch": _KEEP, "upgrade": _KEEP},
+    "upgrade": {"passive": _KEEP, "active": _KEEP, "watch": _KEEP, "upgrade": ("drain", "resume", "keep")},
+    **{holder: {"passive": _KEEP, "active": _KEEP, "watch": _KEEP, "upgrade": _KEEP}
        for holder in ("admin-drain", "down", "fail", "maint", "reboot")},
 }
 
@@ -75,6 +83,8 @@ def holder_of(node: NodeState) -> str:
             return "upgrade"
         if node.reason.startswith((SCHEDULED_HEAD + " ", CLUSTER_HEAD)):
             return "active"
+        if node.reason.startswith(WATCH_HEAD):
+            return "watch"
         return "passive" if node.reason.startswith(REASON_PREFIX) else "admin-drain"
     if flags & {"FAIL", "FAILING"}:
         return "fail"
@@ -85,7 +95,7 @@ def holder_of(node: NodeState) -> str:
 
 def head_of(path: str, scheduled: str | None = None) -> str:
     """The start of the drain reason `path` writes."""
-    return {"scheduled": f"{SCHEDULED_HEAD} {scheduled}:", "cluster": CLUSTER_HEAD,
+    return {"scheduled": f"{SCHEDULED_HEAD} {scheduled}:", "cluster": CLUSTER_HEAD, "watch": WATCH_HEAD,
             "upgrade": UPGRADE_HEAD}.get(path, REASON_PREFIX)
 
 
@@ -99,6 +109,11 @@ def drain_reason(findings: list[str], head: str = REASON_PREFIX) -> str:
     if reason[REASON_MAX - 1] != " " and " " in kept[len(head) + 1:]:
         kept = kept.rsplit(" ", 1)[0]
     return kept.rstrip(" ;,:") + "…"
+
+
+def findings(results: list[Any]) -> list[str]:
+    """The failed checks as a drain reason names them: "<check> <reason>"."""
+    return [f"{r.check} {r.reason}".strip() for r in results if r.status.value == "fail"]
 
 
 def verdict_of(exit_code: int) -> str:
@@ -150,6 +165,9 @@ def _why_kept(current: NodeState, holder: str, verdict: str) -> str:
         return (f"drained by an active check ({said}): a passive check cannot see what it saw; the next scheduled "
                 f"check or `gpucheck cluster --drain` that passes resumes it, or an admin once it is repaired "
                 f"(scontrol update nodename={current.name} state=resume)")
+    if holder == "watch":
+        return (f"drained by gpucheck watch ({said}): it returns after its active checks pass (a scheduled check, "
+                f"`gpucheck cluster --drain`), or an admin's resume once it is repaired")
     if holder == "admin-drain":
         return f"drained by someone else ({said}): only its owner resumes it"
     return f"{current.state} by someone else ({said}): gpucheck leaves an admin's state alone"
@@ -162,6 +180,16 @@ def apply(action: Action) -> None:
     elif action.verb == "resume":
         scontrol(["update", f"nodename={one_node(action.node)}", "state=resume"], action.node,
                  "resume (a node whose slurmd does not respond cannot be resumed)")
+
+
+def tell(path: str, exit_code: int, findings: list[str], node: str | None = None,
+         scheduled: str | None = None) -> Action:
+    """What `path` did with this node (or `node`) in Slurm for a run that exited `exit_code` with `findings` (the
+    failed checks' "<id> <reason>"): decided by the table, applied. Raises SlurmError."""
+    current = show_node(this_node(node))
+    action = decide(current, path, verdict_of(exit_code), findings, scheduled)
+    apply(action)
+    return action
 
 
 def render_table() -> str:

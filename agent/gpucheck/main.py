@@ -31,6 +31,7 @@ examples:
   gpucheck rma 3                         GPU3's evidence for the vendor in one archive: identity, failures, Xids
   gpucheck schedule                      daily light checks and a weekly burn-in on idle nodes, as Slurm jobs
   gpucheck slurm show gpu-a17            who holds the node in Slurm (an admin, a gpucheck check, the upgrade)
+  gpucheck watch --slurm                 follow the kernel log and NVML; drain this node as a fault appears
 
 Each command's description, options, exit codes and examples: gpucheck COMMAND --help
 """
@@ -93,6 +94,13 @@ def _slurm(sub: Any) -> Handlers:
     return {"slurm": slurm_cli.run}
 
 
+def _watch(sub: Any) -> Handlers:
+    from .watch import watch_cli
+
+    watch_cli.add_parser(sub)
+    return {"watch": watch_cli.run}
+
+
 def _schedule(sub: Any) -> Handlers:
     from .schedule import schedule_cli
 
@@ -104,7 +112,7 @@ def _schedule(sub: Any) -> Handlers:
 COMMANDS: list[tuple[tuple[str, ...], Callable[[Any], Handlers]]] = [
     (("node", "parse", "profiles", "checks", "net"), _node_side), (("cluster",), _cluster), (("diff", "verify"), _diff),
     (("history",), _history), (("kept",), _kept), (("rma",), _rma), (("schedule",), _schedule),
-    (("slurm",), _slurm)]
+    (("slurm",), _slurm), (("watch",), _watch)]
 
 
 def _build(command: str | None) -> tuple[Parser, Handlers]:

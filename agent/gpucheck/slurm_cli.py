@@ -1,5 +1,5 @@
 """`gpucheck slurm`: who holds a node and what gpucheck may do with it (drain_rule's table), from any Slurm client:
-`show` a node's holder, print the `table`, `apply` a verdict as one of the five paths. The rolling upgrade drains,
+`show` a node's holder, print the `table`, `apply` a verdict as one of the six paths. The rolling upgrade drains,
 resumes and reads nodes only through it (roles/gpu_upgrade), so its Slurm decisions are the table's too."""
 
 from __future__ import annotations

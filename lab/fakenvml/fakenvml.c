@@ -6,7 +6,9 @@
  * -Werror=missing-prototypes so that every exported function is one that
  * nvml.h declares.  See lab/scenarios/README.md for the scenario format.
  *
- *   FAKENVML_SCENARIO  scenario file read at init (default /etc/fakenvml/scenario)
+ *   FAKENVML_SCENARIO  scenario file read at init (default /etc/fakenvml/scenario),
+ *                      and again by a running process whenever it changes (see
+ *                      maybe_reload: checked at most every 50 ms)
  *   FAKENVML_TRACE     if set, one line per NVML call is appended to this file:
  *                      "<function>" or "<function> gpu=<index>"
  *   FAKENVML_UNDER_LOAD  set and non-empty in the calling process (read at every
@@ -16,7 +18,8 @@
  * Rules kept on purpose: every index is bounds-checked, every string copy is
  * bounded and terminated, handles are pointers into g_gpus (validated on every
  * call, never derived from a caller's index pointer), and the only global
- * state is the loaded scenario plus the init reference count.
+ * state is the loaded scenario, the init reference count and the version of
+ * the scenario file loaded.
  */
 #define _GNU_SOURCE
 #include <nvml.h>
@@ -31,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAKE_MAX_GPUS 64
@@ -41,6 +46,7 @@
 #define FAKE_MAX_LIST 64
 #define FAKE_MAGIC 0x464b4e56u /* "FKNV" */
 #define FAKE_DEFAULT_SCENARIO "/etc/fakenvml/scenario"
+#define FAKE_RELOAD_NS 50000000LL /* at most one stat of the scenario file per 50 ms */
 
 /* ------------------------------------------------------------------------ */
 /* Scenario model                                                            */
@@ -230,25 +236,70 @@ typedef struct {
     nvmlReturn_t code;
 } fake_rule;
 
-struct nvmlDevice_st {
-    unsigned int magic;
-    unsigned int index;
-    fake_val f[F_COUNT];
-};
-
-static struct nvmlDevice_st g_gpus[FAKE_MAX_GPUS];
-
-static struct {
+typedef struct {
     fake_val sys[S_COUNT];
     unsigned int gpu_count;
     unsigned char lost[FAKE_MAX_GPUS];
     fake_rule rules[FAKE_MAX_RULES];
     int nrules;
-} g_scn;
+    fake_val gpu[FAKE_MAX_GPUS][F_COUNT];
+} fake_scenario;
+
+/* A handle never moves: a reload changes what g_scn says about GPU N, not where its handle points
+ * (set once, by handles_init, when the library is loaded). */
+struct nvmlDevice_st {
+    unsigned int magic;
+    unsigned int index;
+    fake_val *f; /* g_scn.gpu[index] */
+};
+
+static struct nvmlDevice_st g_gpus[FAKE_MAX_GPUS];
+
+/* The live scenario. A file is parsed into g_next (under g_load_lock) and copied here under the write
+ * lock of g_scn_rw; each call reads it under the read lock, from its init check until it returns, so
+ * no call sees half of one scenario and half of the next. Writer-preferring: a stream of overlapping
+ * calls cannot starve a reload (no call takes the read lock twice, which that kind forbids). */
+static fake_scenario g_scn;
+static fake_scenario g_next;
+#ifdef PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP
+static pthread_rwlock_t g_scn_rw = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+#else
+static pthread_rwlock_t g_scn_rw = PTHREAD_RWLOCK_INITIALIZER;
+#endif
+/* The largest gpu_count since init (under g_scn_rw): a handle at or above today's gpu_count but
+ * below this is a GPU that went away under a running process, and answers as a lost one. */
+static unsigned int g_known_count;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_refcount;   /* protected by g_lock */
 static int g_initialized; /* read with __atomic_load_n outside the lock */
+
+/* The scenario file behind g_scn, for maybe_reload. Lock order: g_lock, g_load_lock, g_scn_rw. */
+typedef struct {
+    int set;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+} file_version;
+
+static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char path[PATH_MAX];
+    file_version loaded;   /* the version in g_scn; unset: nothing to reload */
+    file_version rejected; /* the last version refused, so that it is said once, not at every call */
+} g_src;                   /* protected by g_load_lock */
+static long long g_next_check_ns; /* CLOCK_MONOTONIC; read with __atomic_load_n outside the lock */
+
+__attribute__((constructor)) static void handles_init(void)
+{
+    unsigned int i;
+    for (i = 0; i < FAKE_MAX_GPUS; i++) {
+        g_gpus[i].magic = FAKE_MAGIC;
+        g_gpus[i].index = i;
+        g_gpus[i].f = g_scn.gpu[i];
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* Small parsers (used both to validate at load and to answer calls)        */
@@ -551,17 +602,6 @@ static const char *type_hint(enum ftype t)
 /* Scenario loading                                                          */
 /* ------------------------------------------------------------------------ */
 
-static void scenario_reset(void)
-{
-    unsigned int i;
-    memset(&g_scn, 0, sizeof g_scn);
-    memset(g_gpus, 0, sizeof g_gpus);
-    for (i = 0; i < FAKE_MAX_GPUS; i++) {
-        g_gpus[i].magic = FAKE_MAGIC;
-        g_gpus[i].index = i;
-    }
-}
-
 static char *trim(char *s)
 {
     char *end;
@@ -605,14 +645,14 @@ static int find_function(const char *name)
     } while (0)
 
 /* "FUNC[@gpuN]" for hang, "FUNC[@gpuN] CODE" for fail. */
-static int add_rule(const char *path, int line, const char *key, const char *value,
+static int add_rule(fake_scenario *scn, const char *path, int line, const char *key, const char *value,
                     enum rule_action action)
 {
     char buf[FAKE_VAL_LEN];
     char *fn, *at, *rest = NULL;
     fake_rule *r;
     int fi;
-    if (g_scn.nrules >= FAKE_MAX_RULES) {
+    if (scn->nrules >= FAKE_MAX_RULES) {
         PERR(path, line, "too many hang/fail rules (max %d)", FAKE_MAX_RULES);
         return -1;
     }
@@ -631,7 +671,7 @@ static int add_rule(const char *path, int line, const char *key, const char *val
         *rest++ = '\0';
         rest = trim(rest);
     }
-    r = &g_scn.rules[g_scn.nrules];
+    r = &scn->rules[scn->nrules];
     memset(r, 0, sizeof *r);
     r->gpu = -1;
     r->action = action;
@@ -665,13 +705,13 @@ static int add_rule(const char *path, int line, const char *key, const char *val
         return -1;
     }
     snprintf(r->fn, sizeof r->fn, "%s", fn);
-    g_scn.nrules++;
+    scn->nrules++;
     return 0;
 }
 
-static int parse_file(const char *path, int depth);
+static int parse_file(fake_scenario *scn, const char *path, int depth);
 
-static int handle_line(const char *path, int line, char *key, char *value, int depth)
+static int handle_line(fake_scenario *scn, const char *path, int line, char *key, char *value, int depth)
 {
     size_t i;
     /* include_if_present: what a lab host's installed driver package says (lab/nvidia_repo), absent before */
@@ -689,12 +729,12 @@ static int handle_line(const char *path, int line, char *key, char *value, int d
         }
         if (key[7] == '_' && access(inc, F_OK) != 0)
             return 0;
-        return parse_file(inc, depth + 1);
+        return parse_file(scn, inc, depth + 1);
     }
     if (strcmp(key, "hang") == 0)
-        return add_rule(path, line, key, value, RULE_HANG);
+        return add_rule(scn, path, line, key, value, RULE_HANG);
     if (strcmp(key, "fail") == 0)
-        return add_rule(path, line, key, value, RULE_FAIL);
+        return add_rule(scn, path, line, key, value, RULE_FAIL);
     if (strcmp(key, "lost") == 0) {
         unsigned long long list[FAKE_MAX_LIST];
         unsigned int count, j;
@@ -707,7 +747,7 @@ static int handle_line(const char *path, int line, char *key, char *value, int d
                 PERR(path, line, "'lost' GPU %llu out of range", list[j]);
                 return -1;
             }
-            g_scn.lost[list[j]] = 1;
+            scn->lost[list[j]] = 1;
         }
         return 0;
     }
@@ -718,7 +758,7 @@ static int handle_line(const char *path, int line, char *key, char *value, int d
                      type_hint(k_sysfields[i].type));
                 return -1;
             }
-            if (set_val(&g_scn.sys[i], value) != 0) {
+            if (set_val(&scn->sys[i], value) != 0) {
                 PERR(path, line, "value of '%s' too long", key);
                 return -1;
             }
@@ -756,7 +796,7 @@ static int handle_line(const char *path, int line, char *key, char *value, int d
                         return -1;
                     }
                     for (g = all ? 0 : idx; g < (all ? FAKE_MAX_GPUS : idx + 1); g++) {
-                        if (set_val(&g_gpus[g].f[i], value) != 0) {
+                        if (set_val(&scn->gpu[g][i], value) != 0) {
                             PERR(path, line, "value of '%s' too long", key);
                             return -1;
                         }
@@ -770,7 +810,7 @@ static int handle_line(const char *path, int line, char *key, char *value, int d
     return -1;
 }
 
-static int parse_file(const char *path, int depth)
+static int parse_file(fake_scenario *scn, const char *path, int depth)
 {
     FILE *f;
     char buf[FAKE_LINE_LEN];
@@ -813,7 +853,7 @@ static int parse_file(const char *path, int depth)
             value[n - 1] = '\0';
             value++;
         }
-        rc = handle_line(path, line, key, value, depth);
+        rc = handle_line(scn, path, line, key, value, depth);
     }
     if (rc == 0 && ferror(f)) {
         fprintf(stderr, "fakenvml: error reading %s\n", path);
@@ -824,42 +864,42 @@ static int parse_file(const char *path, int depth)
 }
 
 /* Cross-key checks once everything is read. */
-static int scenario_check(const char *path)
+static int scenario_check(fake_scenario *scn, const char *path)
 {
     unsigned int i, j;
-    if (g_scn.sys[S_GPU_COUNT].state != VAL_SET) {
+    if (scn->sys[S_GPU_COUNT].state != VAL_SET) {
         fprintf(stderr, "fakenvml: %s: 'gpu_count' is required\n", path);
         return -1;
     }
-    if (parse_u32(g_scn.sys[S_GPU_COUNT].s, &g_scn.gpu_count) != 0 || g_scn.gpu_count > FAKE_MAX_GPUS) {
+    if (parse_u32(scn->sys[S_GPU_COUNT].s, &scn->gpu_count) != 0 || scn->gpu_count > FAKE_MAX_GPUS) {
         fprintf(stderr, "fakenvml: %s: 'gpu_count' must be 0..%d\n", path, FAKE_MAX_GPUS);
         return -1;
     }
-    if (g_scn.sys[S_PCI_GPU_COUNT].state == VAL_SET) {
+    if (scn->sys[S_PCI_GPU_COUNT].state == VAL_SET) {
         unsigned int on_bus = 0;
-        if (parse_u32(g_scn.sys[S_PCI_GPU_COUNT].s, &on_bus) != 0 || on_bus > FAKE_MAX_GPUS ||
-            on_bus < g_scn.gpu_count) {
-            fprintf(stderr, "fakenvml: %s: 'pci_gpu_count' must be gpu_count (%u)..%d\n", path, g_scn.gpu_count,
+        if (parse_u32(scn->sys[S_PCI_GPU_COUNT].s, &on_bus) != 0 || on_bus > FAKE_MAX_GPUS ||
+            on_bus < scn->gpu_count) {
+            fprintf(stderr, "fakenvml: %s: 'pci_gpu_count' must be gpu_count (%u)..%d\n", path, scn->gpu_count,
                     FAKE_MAX_GPUS);
             return -1;
         }
     }
     for (i = 0; i < FAKE_MAX_GPUS; i++) {
-        if (g_scn.lost[i] && i >= g_scn.gpu_count) {
+        if (scn->lost[i] && i >= scn->gpu_count) {
             fprintf(stderr, "fakenvml: %s: 'lost' names GPU %u but gpu_count is %u\n", path, i,
-                    g_scn.gpu_count);
+                    scn->gpu_count);
             return -1;
         }
     }
-    for (j = 0; j < (unsigned int)g_scn.nrules; j++) {
-        if (g_scn.rules[j].gpu >= 0 && (unsigned int)g_scn.rules[j].gpu >= g_scn.gpu_count) {
+    for (j = 0; j < (unsigned int)scn->nrules; j++) {
+        if (scn->rules[j].gpu >= 0 && (unsigned int)scn->rules[j].gpu >= scn->gpu_count) {
             fprintf(stderr, "fakenvml: %s: rule for %s names GPU %d but gpu_count is %u\n", path,
-                    g_scn.rules[j].fn, g_scn.rules[j].gpu, g_scn.gpu_count);
+                    scn->rules[j].fn, scn->rules[j].gpu, scn->gpu_count);
             return -1;
         }
     }
-    for (i = 0; i < g_scn.gpu_count; i++) {
-        const fake_val *f = g_gpus[i].f;
+    for (i = 0; i < scn->gpu_count; i++) {
+        const fake_val *f = scn->gpu[i];
         unsigned long long total = 0, res = 0, used = 0, list[FAKE_MAX_LIST];
         unsigned int links = 0, count = 0;
         if (f[F_MEM_TOTAL].state == VAL_SET) {
@@ -894,6 +934,112 @@ static int scenario_check(const char *path)
         }
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading at init, and again when the file changes under a running process */
+/* ------------------------------------------------------------------------ */
+
+static void file_version_of(const char *path, file_version *v)
+{
+    struct stat st;
+    memset(v, 0, sizeof *v);
+    if (stat(path, &st) != 0)
+        return;
+    v->set = 1;
+    v->dev = st.st_dev;
+    v->ino = st.st_ino;
+    v->size = st.st_size;
+    v->mtime = st.st_mtim;
+}
+
+static int same_version(const file_version *a, const file_version *b)
+{
+    return a->set && b->set && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+static long long monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Parse and check PATH into g_next (the caller holds g_load_lock): 0 when it loads. */
+static int parse_next(const char *path)
+{
+    memset(&g_next, 0, sizeof g_next);
+    if (parse_file(&g_next, path, 0) != 0 || scenario_check(&g_next, path) != 0)
+        return -1;
+    return 0;
+}
+
+/* g_next becomes the live scenario. `at_init`: no handle from before counts any more. */
+static void scenario_swap(int at_init)
+{
+    pthread_rwlock_wrlock(&g_scn_rw);
+    g_scn = g_next;
+    if (at_init || g_scn.gpu_count > g_known_count)
+        g_known_count = g_scn.gpu_count;
+    pthread_rwlock_unlock(&g_scn_rw);
+}
+
+/* nvmlInit's load (the caller holds g_load_lock). The version is taken before the parse, so that a
+ * file rewritten during it differs from the one recorded and is read again. */
+static int load_scenario(const char *path)
+{
+    char cwd[PATH_MAX];
+    file_version v;
+    int n;
+    file_version_of(path, &v);
+    g_src.loaded.set = 0;
+    g_src.rejected.set = 0;
+    if (parse_next(path) != 0)
+        return -1;
+    scenario_swap(1);
+    /* a relative path made absolute: the process may change directory before the file does */
+    if (path[0] == '/')
+        n = snprintf(g_src.path, sizeof g_src.path, "%s", path);
+    else if (getcwd(cwd, sizeof cwd))
+        n = snprintf(g_src.path, sizeof g_src.path, "%s/%s", cwd, path);
+    else
+        n = -1;
+    if (n > 0 && (size_t)n < sizeof g_src.path)
+        g_src.loaded = v;
+    __atomic_store_n(&g_next_check_ns, monotonic_ns() + FAKE_RELOAD_NS, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* A process that stays initialised sees its scenario file change, as a watcher that called nvmlInit
+ * once sees a real GPU's counters step. At the start of a call, at most once per FAKE_RELOAD_NS, a file
+ * whose version (device, inode, size, mtime) is not the one loaded is read again and swapped in. A
+ * version that does not load leaves the live scenario in place and is said once on stderr; a file gone
+ * (a lab host's, between two installs) leaves it silently. Never waits for another thread's check or
+ * for an init. */
+static void maybe_reload(void)
+{
+    long long now = monotonic_ns();
+    file_version v;
+    if (now < __atomic_load_n(&g_next_check_ns, __ATOMIC_RELAXED))
+        return;
+    if (pthread_mutex_trylock(&g_load_lock) != 0)
+        return;
+    /* again under the lock: another thread may have checked since */
+    if (g_src.loaded.set && now >= __atomic_load_n(&g_next_check_ns, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&g_next_check_ns, now + FAKE_RELOAD_NS, __ATOMIC_RELAXED);
+        file_version_of(g_src.path, &v);
+        if (v.set && !same_version(&v, &g_src.loaded) && !same_version(&v, &g_src.rejected)) {
+            if (parse_next(g_src.path) == 0) {
+                scenario_swap(0);
+                g_src.loaded = v;
+            } else {
+                fprintf(stderr, "fakenvml: scenario %s rejected; keeping the one loaded\n", g_src.path);
+                g_src.rejected = v;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_load_lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -933,18 +1079,40 @@ static void hang_forever(void)
         pause();
 }
 
+static void scn_read_end(int *held)
+{
+    if (*held)
+        pthread_rwlock_unlock(&g_scn_rw);
+    *held = 0;
+}
+
+/* The read side of g_scn_rw, as a variable of the function that answers: scn_read_begin takes the
+ * lock, and every return from that function drops it (the cleanup attribute of GCC and Clang). */
+#define SCN_READER(held) int held __attribute__((cleanup(scn_read_end))) = 0
+
+/* After the init check: the reload first (it needs the write lock), then the read lock. */
+static void scn_read_begin(int *held)
+{
+    maybe_reload();
+    pthread_rwlock_rdlock(&g_scn_rw);
+    *held = 1;
+}
+
 /* The first rule that matches decides (file order): NVML_SUCCESS (no rule, or a `fail` rule with
  * code NVML_SUCCESS, which exempts a call from a later rule), a `fail` code, or never returns
- * (`hang`). A `*@gpuN` rule matches every per-GPU call about GPU N. */
-static nvmlReturn_t apply_rules(const char *fn, int gpu)
+ * (`hang`). A `*@gpuN` rule matches every per-GPU call about GPU N. A hang drops the read lock
+ * first: a thread hung forever must not hold off every later reload. */
+static nvmlReturn_t apply_rules(const char *fn, int gpu, int *held)
 {
     int i;
     for (i = 0; i < g_scn.nrules; i++) {
         const fake_rule *r = &g_scn.rules[i];
         if ((strcmp(r->fn, fn) != 0 && strcmp(r->fn, "*") != 0) || (r->gpu >= 0 && r->gpu != gpu))
             continue;
-        if (r->action == RULE_HANG)
+        if (r->action == RULE_HANG) {
+            scn_read_end(held);
             hang_forever();
+        }
         return r->code;
     }
     return NVML_SUCCESS;
@@ -964,17 +1132,19 @@ static int handle_index(nvmlDevice_t dev)
     return (int)idx;
 }
 
-static nvmlReturn_t sys_enter(const char *fn)
+/* The enter functions take the read lock (into *held) once the call is past the init check. */
+static nvmlReturn_t sys_enter(const char *fn, int *held)
 {
     trace(fn, -1);
     if (!is_initialized())
         return NVML_ERROR_UNINITIALIZED;
-    return apply_rules(fn, -1);
+    scn_read_begin(held);
+    return apply_rules(fn, -1, held);
 }
 
-static nvmlReturn_t gpu_check(const char *fn, int idx)
+static nvmlReturn_t gpu_check(const char *fn, int idx, int *held)
 {
-    nvmlReturn_t r = apply_rules(fn, idx);
+    nvmlReturn_t r = apply_rules(fn, idx, held);
     if (r != NVML_SUCCESS)
         return r;
     if (g_scn.lost[idx])
@@ -982,16 +1152,20 @@ static nvmlReturn_t gpu_check(const char *fn, int idx)
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t dev_enter(const char *fn, nvmlDevice_t dev, struct nvmlDevice_st **out)
+static nvmlReturn_t dev_enter(const char *fn, nvmlDevice_t dev, struct nvmlDevice_st **out, int *held)
 {
     int idx = handle_index(dev);
     nvmlReturn_t r;
     trace(fn, idx);
     if (!is_initialized())
         return NVML_ERROR_UNINITIALIZED;
-    if (idx < 0 || (unsigned int)idx >= g_scn.gpu_count)
+    scn_read_begin(held);
+    if (idx < 0 || (unsigned int)idx >= g_known_count)
         return NVML_ERROR_INVALID_ARGUMENT;
-    r = gpu_check(fn, idx);
+    /* a GPU that went away under a running process (a reload with a smaller gpu_count) */
+    if ((unsigned int)idx >= g_scn.gpu_count)
+        return NVML_ERROR_GPU_IS_LOST;
+    r = gpu_check(fn, idx, held);
     if (r != NVML_SUCCESS)
         return r;
     *out = &g_gpus[idx];
@@ -1000,15 +1174,17 @@ static nvmlReturn_t dev_enter(const char *fn, nvmlDevice_t dev, struct nvmlDevic
 
 #define DEV_ENTER(dev, g)                                          \
     struct nvmlDevice_st *g = NULL;                                \
+    SCN_READER(_held);                                             \
     do {                                                           \
-        nvmlReturn_t _r = dev_enter(__func__, (dev), &g);          \
+        nvmlReturn_t _r = dev_enter(__func__, (dev), &g, &_held);  \
         if (_r != NVML_SUCCESS)                                    \
             return _r;                                             \
     } while (0)
 
 #define SYS_ENTER()                                                \
+    SCN_READER(_held);                                             \
     do {                                                           \
-        nvmlReturn_t _r = sys_enter(__func__);                     \
+        nvmlReturn_t _r = sys_enter(__func__, &_held);             \
         if (_r != NVML_SUCCESS)                                    \
             return _r;                                             \
     } while (0)
@@ -1068,7 +1244,8 @@ static nvmlReturn_t copy_str(const fake_val *v, char *buf, unsigned int length)
 static nvmlReturn_t u32_field(const char *fn, nvmlDevice_t dev, enum field f, unsigned int *out)
 {
     struct nvmlDevice_st *g = NULL;
-    nvmlReturn_t r = dev_enter(fn, dev, &g);
+    SCN_READER(held);
+    nvmlReturn_t r = dev_enter(fn, dev, &g, &held);
     if (r != NVML_SUCCESS)
         return r;
     if (!out)
@@ -1079,7 +1256,8 @@ static nvmlReturn_t u32_field(const char *fn, nvmlDevice_t dev, enum field f, un
 static nvmlReturn_t str_field(const char *fn, nvmlDevice_t dev, enum field f, char *out, unsigned int length)
 {
     struct nvmlDevice_st *g = NULL;
-    nvmlReturn_t r = dev_enter(fn, dev, &g);
+    SCN_READER(held);
+    nvmlReturn_t r = dev_enter(fn, dev, &g, &held);
     if (r != NVML_SUCCESS)
         return r;
     return copy_str(&g->f[f], out, length);
@@ -1089,10 +1267,37 @@ static nvmlReturn_t str_field(const char *fn, nvmlDevice_t dev, enum field f, ch
 /* Init / shutdown / errors                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* What init answers once the scenario is loaded: a rule on the init function (*hang: never returns),
+ * a kernel module of another version, init_error. Only at init: a reload under a running process
+ * leaves these for the next nvmlInit. Reads g_next: the caller holds g_load_lock. */
+static nvmlReturn_t init_outcome(const char *fn, int *hang)
+{
+    const fake_scenario *scn = &g_next;
+    int i;
+    *hang = 0;
+    for (i = 0; i < scn->nrules; i++) {
+        const fake_rule *r = &scn->rules[i];
+        if (strcmp(r->fn, fn) != 0)
+            continue;
+        *hang = r->action == RULE_HANG;
+        return r->code;
+    }
+    if (scn->sys[S_KERNEL_MODULE].state == VAL_SET && scn->sys[S_DRIVER].state == VAL_SET
+        && strcmp(scn->sys[S_KERNEL_MODULE].s, scn->sys[S_DRIVER].s) != 0)
+        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    if (scn->sys[S_INIT_ERROR].state == VAL_SET) {
+        nvmlReturn_t code = NVML_ERROR_UNKNOWN;
+        parse_retcode(scn->sys[S_INIT_ERROR].s, &code);
+        return code;
+    }
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t do_init(const char *fn)
 {
     const char *path;
-    int i;
+    nvmlReturn_t r;
+    int hang;
     trace(fn, -1);
     pthread_mutex_lock(&g_lock);
     if (g_refcount > 0) {
@@ -1103,41 +1308,25 @@ static nvmlReturn_t do_init(const char *fn)
     path = getenv("FAKENVML_SCENARIO");
     if (!path || !*path)
         path = FAKE_DEFAULT_SCENARIO;
-    scenario_reset();
-    if (parse_file(path, 0) != 0 || scenario_check(path) != 0) {
+    pthread_mutex_lock(&g_load_lock);
+    if (load_scenario(path) != 0) {
+        pthread_mutex_unlock(&g_load_lock);
         fprintf(stderr, "fakenvml: scenario %s rejected; nvmlInit fails\n", path);
-        scenario_reset();
         pthread_mutex_unlock(&g_lock);
         return NVML_ERROR_UNKNOWN;
     }
-    for (i = 0; i < g_scn.nrules; i++) {
-        const fake_rule *r = &g_scn.rules[i];
-        if (strcmp(r->fn, fn) != 0)
-            continue;
-        if (r->action == RULE_HANG) {
-            pthread_mutex_unlock(&g_lock);
-            hang_forever();
-        }
+    r = init_outcome(fn, &hang);
+    pthread_mutex_unlock(&g_load_lock);
+    if (hang) {
         pthread_mutex_unlock(&g_lock);
-        return r->code;
+        hang_forever();
     }
-    if (g_scn.sys[S_KERNEL_MODULE].state == VAL_SET && g_scn.sys[S_DRIVER].state == VAL_SET
-        && strcmp(g_scn.sys[S_KERNEL_MODULE].s, g_scn.sys[S_DRIVER].s) != 0) {
-        pthread_mutex_unlock(&g_lock);
-        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    if (r == NVML_SUCCESS) {
+        g_refcount = 1;
+        __atomic_store_n(&g_initialized, 1, __ATOMIC_RELEASE);
     }
-    if (g_scn.sys[S_INIT_ERROR].state == VAL_SET) {
-        nvmlReturn_t code = NVML_ERROR_UNKNOWN;
-        parse_retcode(g_scn.sys[S_INIT_ERROR].s, &code);
-        if (code != NVML_SUCCESS) {
-            pthread_mutex_unlock(&g_lock);
-            return code;
-        }
-    }
-    g_refcount = 1;
-    __atomic_store_n(&g_initialized, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
-    return NVML_SUCCESS;
+    return r;
 }
 
 nvmlReturn_t nvmlInit_v2(void)
@@ -1154,13 +1343,16 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 nvmlReturn_t nvmlShutdown(void)
 {
     nvmlReturn_t r;
+    SCN_READER(held);
     trace(__func__, -1);
     pthread_mutex_lock(&g_lock);
     if (g_refcount == 0) {
         pthread_mutex_unlock(&g_lock);
         return NVML_ERROR_UNINITIALIZED;
     }
-    r = apply_rules(__func__, -1);
+    scn_read_begin(&held);
+    r = apply_rules(__func__, -1, &held);
+    scn_read_end(&held);
     if (r == NVML_SUCCESS && --g_refcount == 0)
         __atomic_store_n(&g_initialized, 0, __ATOMIC_RELEASE);
     /* The scenario stays in memory (a hung caller may still point into it);
@@ -1233,12 +1425,14 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
     nvmlReturn_t r;
+    SCN_READER(held);
     trace(__func__, index <= INT_MAX ? (long)index : -1);
     if (!is_initialized())
         return NVML_ERROR_UNINITIALIZED;
+    scn_read_begin(&held);
     if (!device || index >= g_scn.gpu_count)
         return NVML_ERROR_INVALID_ARGUMENT;
-    r = gpu_check(__func__, (int)index);
+    r = gpu_check(__func__, (int)index, &held);
     if (r != NVML_SUCCESS)
         return r;
     *device = &g_gpus[index];
@@ -1249,15 +1443,17 @@ static nvmlReturn_t handle_by(const char *fn, const char *key, nvmlDevice_t *dev
 {
     unsigned int i, d1 = 0, b1 = 0, s1 = 0, f1 = 0;
     nvmlReturn_t r;
+    SCN_READER(held);
     trace(fn, -1);
     if (!is_initialized())
         return NVML_ERROR_UNINITIALIZED;
+    scn_read_begin(&held);
     if (!key || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (by_bus && parse_busid(key, &d1, &b1, &s1, &f1) != 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     for (i = 0; i < g_scn.gpu_count; i++) {
-        const fake_val *v = &g_gpus[i].f[by_bus ? F_PCI_BUS_ID : F_UUID];
+        const fake_val *v = &g_scn.gpu[i][by_bus ? F_PCI_BUS_ID : F_UUID];
         int match;
         if (v->state != VAL_SET)
             continue;
@@ -1270,7 +1466,7 @@ static nvmlReturn_t handle_by(const char *fn, const char *key, nvmlDevice_t *dev
         if (!match)
             continue;
         trace(fn, (long)i);
-        r = gpu_check(fn, (int)i);
+        r = gpu_check(fn, (int)i, &held);
         if (r != NVML_SUCCESS)
             return r;
         *device = &g_gpus[i];
@@ -1636,7 +1832,8 @@ static nvmlReturn_t clocks_reasons(const char *fn, nvmlDevice_t device, unsigned
 {
     struct nvmlDevice_st *g = NULL;
     const fake_val *v;
-    nvmlReturn_t r = dev_enter(fn, device, &g);
+    SCN_READER(held);
+    nvmlReturn_t r = dev_enter(fn, device, &g, &held);
     if (r != NVML_SUCCESS)
         return r;
     if (!out)

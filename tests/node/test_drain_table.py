@@ -1,7 +1,8 @@
 """Every cell of docs/slurm.md's table (drain_rule.RULES), path by path, against a real slurmctld (tests/slurmkit.py):
-the node is put in each holder's state with scontrol, each of the five paths is given a failure, a pass and a
+the node is put in each holder's state with scontrol, each of the six paths is given a failure, a pass and a
 could-not-judge through its own code (the health check's and a prolog's `--slurm`, a scheduled check's, `gpucheck
-cluster --drain`'s, the upgrade's `gpucheck slurm apply`), and Slurm's state after says what was done."""
+cluster --drain`'s, the watcher's drain_rule.tell, the upgrade's `gpucheck slurm apply`), and Slurm's state after
+says what was done."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ FINDING = "gpu.ecc_errors GPU3: 2 uncorrected"
 UPGRADE = "to tf-horovod-r550 (driver 550.163.01)"
 # The state each holder leaves on a node (scontrol update ... ), for the holders a drain or a state makes.
 DRAINS = {"passive": "gpucheck: gpu.xid Xid 79 on GPU2", "active": "gpucheck: scheduled weekly: gpu.burn GPU3 95 °C",
+          "watch": "gpucheck: watch: gpu.xid Xid 79 on 0000:18:00",
           "upgrade": "gpucheck: upgrade to tf-horovod-r550 (driver 550.163.01)", "admin-drain": "PSU swap"}
 
 
@@ -81,6 +83,10 @@ def run_path(path: str, node: str, verdict: str, monkeypatch) -> None:
     elif path == "cluster":
         _, error = apply_verdicts({node: (node, verdict, [FINDING] if verdict == "fail" else [])})
         code = EXIT_UNKNOWN if error else EXIT_OK
+    elif path == "watch":  # what gpucheck watch calls with the report of the checks it ran
+        run = report(verdict)
+        drain_rule.tell("watch", run.exit_code, drain_rule.findings(run.results), node)
+        code = EXIT_OK
     else:
         said = {"fail": ["--fail", UPGRADE], "pass": ["--pass"], "error": ["--error"]}[verdict]
         code = main(["slurm", "apply", node, "--as", "upgrade", *said])

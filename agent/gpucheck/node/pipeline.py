@@ -240,12 +240,13 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
     }
 
 
-def run_node(options: Options, config: NodeConfig) -> Report:
-    """Raises UsageError or profiles.ProfileError for bad input; everything else is a result."""
-    return judge(options, config)[0]
+def run_node(options: Options, config: NodeConfig, given: dict[str, Any] | None = None) -> Report:
+    """Raises UsageError or profiles.ProfileError for bad input; everything else is a result. `given`: facts a
+    caller collected itself, by collector name (gpucheck watch's kernel log lines), used instead of collecting."""
+    return judge(options, config, given)[0]
 
 
-def judge(options: Options, config: NodeConfig) -> tuple[Report, dict[str, Any]]:
+def judge(options: Options, config: NodeConfig, given: dict[str, Any] | None = None) -> tuple[Report, dict[str, Any]]:
     """run_node's report, and the facts every collector gathered for it (gpucheck rma keeps them whole)."""
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     began = time.monotonic()
@@ -256,7 +257,7 @@ def judge(options: Options, config: NodeConfig) -> tuple[Report, dict[str, Any]]
     ctx = Context(timeout=options.timeout, bench_timeout=options.bench_timeout, config=config,
                   xid_lookback_s=options.xid_lookback_s, xid_since_boot=options.xid_since_boot,
                   selected=tuple(c.id for c in checks), burn_seconds=options.burn_seconds,
-                  allow_busy=options.allow_busy, full=options.full)
+                  allow_busy=options.allow_busy, full=options.full, facts=dict(given or {}))
     deadline = options.deadline or default_deadline(options.timeout, options.bench_timeout, options.full)
     gather = Gatherer(ctx, deadline, began)
     profile = choose_profile(options.profile, config, gather)

@@ -1,0 +1,154 @@
+"""`gpucheck watch` run as the systemd unit runs it, against the fake NVML and a real Slurm (tests/slurmkit.py):
+a planted Xid line drains the node with the watcher's reason, a stepped ECC counter is judged by gpu.ecc_errors,
+a restart never judges an old line again, and a hung NVML or a cut log leaves it watching."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import slurmkit
+from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree
+from support import ROOT, wait_for
+
+BUS = [f"00000000:{bus}:00.0" for bus in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")]  # dgx-h100.scn's
+XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
+XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x404490=0x80000002"
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurmkit.running(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+class Watch:
+    """One node's watcher: its scenario, kernel log, state directory and output."""
+
+    def __init__(self, tmp: Path, slurm: slurmkit.SlurmCluster, scenario: str = "dgx-h100") -> None:
+        self.tmp, self.slurm = tmp, slurm
+        self.scenario = tmp / "scenario.scn"
+        shutil.copy(scenario_path(scenario), self.scenario)
+        self.log = tmp / "kern.log"
+        self.log.touch()
+        self.out = tmp / "watch.out"
+        (tmp / "node.yaml").write_text("profile: dgx-h100\n")
+        self.env = {**env_for(self.scenario, build_library()), **slurm.env,
+                    "GPUCHECK_SYSFS_ROOT": str(write_pci_tree(tmp / "sys", BUS)),
+                    "GPUCHECK_STATE_DIR": str(tmp / "state"), "GPUCHECK_CONFIG": str(tmp / "node.yaml"),
+                    "PYTHONPATH": str(ROOT / "agent")}
+        self.proc: subprocess.Popen | None = None
+        self.seq = 0
+
+    def start(self) -> None:
+        self.out.write_text("")
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(self.log),
+                                      "--interval", "1", "--nvml-timeout", "2", "--slurm"], env=self.env, stdout=self.out.open("w"),
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.wait("watching")
+        self.wait_saved()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            assert self.proc.wait(timeout=30) == 0, self.said()
+            assert "stopped" in self.said()
+
+    def said(self) -> str:
+        return self.out.read_text()
+
+    def wait(self, text: str, timeout: float = 30) -> str:
+        return wait_for(lambda: text in self.said() and self.said(), timeout, f"`{text}` in:\n{self.said()}")
+
+    def wait_saved(self) -> None:
+        """Until the watcher has read NVML once and saved where it stands (its state file)."""
+        state = self.tmp / "state" / "watch.json"
+        wait_for(lambda: state.exists() and '"gpus"' in state.read_text(), 30, f"a saved sample:\n{self.said()}")
+
+    def plant(self, message: str) -> None:
+        self.seq += 1
+        with self.log.open("a") as fh:
+            fh.write(f"3,{self.seq},{time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000},-;{message}\n")
+
+    def reports(self) -> list[Path]:
+        return sorted((self.tmp / "state" / "reports").glob("*.json"))
+
+
+@pytest.fixture
+def watch(tmp_path, slurm):
+    if "DRAIN" in slurm.state()[0]:
+        slurm.set(state="resume")
+    w = Watch(tmp_path, slurm)
+    yield w
+    w.stop()
+
+
+def test_an_xid_line_drains_the_node_at_once_and_a_restart_does_not_judge_it_again(watch, slurm):
+    watch.start()
+    watch.plant(XID79)
+    said = watch.wait("slurm: drained")
+    assert f"drained {slurmkit.NODE}: gpucheck: watch: gpu.xid GPU 0000:18:00 has fallen off the bus" in said
+    state, reason = slurm.state()
+    assert "DRAIN" in state and reason.startswith("gpucheck: watch: gpu.xid")
+    kept = watch.reports()
+    assert len(kept) == 1 and kept[0].name.endswith("-fail.json")  # kept as every run is, for the history
+    watch.stop()
+    watch.start()
+    watch.plant(XID13)  # an application's Xid: judged, passes, and the old line is not read again
+    said = watch.wait("gpu.xid pass")
+    assert "Xid 79" not in said and "fallen off" not in said
+    assert slurm.state()[1].startswith("gpucheck: watch: gpu.xid")  # a pass never resumes
+
+
+def test_a_stepped_ecc_counter_is_judged_by_its_check(watch, slurm):
+    watch.start()
+    text = watch.scenario.read_text()
+    stepped = watch.tmp / "stepped.scn"
+    stepped.write_text(text + "\ngpu.0.ecc_uncorrected_volatile = 2\n")
+    os.replace(stepped, watch.scenario)  # as `lab fault HOST scenario` replaces it
+    said = watch.wait("slurm: drained")
+    assert "GPU0 ecc_uncorrected 0 -> 2" in said and "gpu.ecc_errors fail" in said
+    assert slurm.state()[1].startswith("gpucheck: watch: gpu.ecc_errors")
+
+
+def test_a_hung_nvml_and_a_cut_log_leave_it_watching(watch, slurm):
+    watch.start()
+    text = watch.scenario.read_text()
+    hung = watch.tmp / "hung.scn"
+    hung.write_text(text + "\nhang = nvmlDeviceGetTemperature\n")
+    os.replace(hung, watch.scenario)
+    said = watch.wait("gpu.temperature error", timeout=60)  # judged once: NVML hung is no finding on the node
+    assert "did not answer within 2 s" in said and "slurm: drained" not in said
+    watch.log.write_text("")  # cut, as `> kern.log` does
+    watch.plant(XID79)
+    said = watch.wait("slurm: drained", timeout=60)
+    assert "gpu.xid fail" in said and watch.proc.poll() is None
+
+
+def test_a_thermal_slowdown_and_fabric_manager_stopping_are_each_drained(watch, slurm, tmp_path):
+    exe = tmp_path / "nv-fabricmanager"  # the check finds Fabric Manager by its process name, as on a DGX
+    shutil.copy(shutil.which("sleep"), exe)
+    fabric_manager = subprocess.Popen([str(exe), "600"])
+    try:
+        watch.start()
+        throttled = watch.tmp / "throttled.scn"
+        throttled.write_text(watch.scenario.read_text() + "\ngpu.7.clocks_event_reasons = hw_thermal_slowdown\n")
+        os.replace(throttled, watch.scenario)
+        said = watch.wait("slurm: drained")
+        assert "GPU7 clock_events 0 -> 64" in said and "gpu.clocks fail" in said
+        assert slurm.state()[1].startswith("gpucheck: watch: gpu.clocks")
+        slurm.set(state="resume")
+        fabric_manager.kill()
+        said = watch.wait("gpu.fabric_manager fail")
+        assert "fabric_manager True -> False" in said
+        watch.wait(f"drained {slurmkit.NODE}: gpucheck: watch: gpu.fabric_manager")
+    finally:
+        fabric_manager.kill()
+        fabric_manager.wait()
