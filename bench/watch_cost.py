@@ -4,7 +4,9 @@ machine). The watcher runs as the unit runs it, with the fake NVML answering for
 the same NVML calls a real node answers; a real driver answers them through ioctls, which cost more per call than
 the fake's memory reads) and a kernel log file it follows. The issue's limits: 1 % of one core, 100 MiB.
 
-    python3 bench/watch_cost.py [--seconds 600] [--interval 5]
+    python3 bench/watch_cost.py [--seconds 600] [--interval 5] [--real-nvml]
+
+--real-nvml: the machine's own NVML and GPUs (a GPU node, the lent GPU machine), not the fake.
 
 Prints one line per process and the watcher's figures against the limits.
 """
@@ -46,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--interval", type=float, default=5.0, help="the watcher's NVML poll (default: the unit's 5)")
+    parser.add_argument("--real-nvml", action="store_true", help="this machine's NVML and GPUs, not the fake")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="watch-cost-") as tmp:
         work = Path(tmp)
@@ -53,9 +56,12 @@ def main() -> None:
         shutil.copy(scenario_path("dgx-h100"), scenario)
         (work / "kern.log").touch()
         (work / "node.yaml").write_text("profile: dgx-h100\n")
-        env = {**env_for(scenario, build_library()), "GPUCHECK_SYSFS_ROOT": str(write_pci_tree(work / "sys", BUS)),
-               "GPUCHECK_STATE_DIR": str(work / "state"), "GPUCHECK_CONFIG": str(work / "node.yaml"),
+        env = {**os.environ, "GPUCHECK_STATE_DIR": str(work / "state"), "GPUCHECK_CONFIG": str(work / "node.yaml"),
                "PYTHONPATH": str(ROOT / "agent")}
+        if args.real_nvml:
+            (work / "node.yaml").write_text("profile: auto\n")
+        else:
+            env.update(env_for(scenario, build_library()), GPUCHECK_SYSFS_ROOT=str(write_pci_tree(work / "sys", BUS)))
         watcher = subprocess.Popen([sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(work / "kern.log"),
                                     "--interval", str(args.interval)], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
@@ -80,7 +86,8 @@ def main() -> None:
             for proc in (watcher, sleeper):
                 proc.terminate()
                 proc.wait(timeout=30)
-    print(f"idle over {took:.0f} s, NVML polled every {args.interval:g} s (8 GPUs, fake NVML), a log file followed")
+    nvml = "this machine's NVML" if args.real_nvml else "8 GPUs, fake NVML"
+    print(f"idle over {took:.0f} s, NVML polled every {args.interval:g} s ({nvml}), a log file followed")
     for name, proc in (("sleep (baseline)", sleeper), ("gpucheck watch", watcher)):
         print(f"  {name:<18} CPU {used[proc.pid]:6.2f} s = {used[proc.pid] / took:7.3%} of one core   "
               f"RSS {rss[proc.pid]:6.1f} MiB")

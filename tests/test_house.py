@@ -14,9 +14,9 @@ MAX_LINES = 400
 
 # package (first name under gpucheck) -> the packages it may import. The foundation modules
 # (model, versions, files, process, config, profile_dirs, profiles, skus, references, cli_types, netbench, slurm,
-# drain_rule, redact) import only each other; `main` is the one place that knows both command lines.
+# drain_rule, breaker, redact) import only each other; `main` is the one place that knows both command lines.
 FOUNDATION = {"model", "versions", "files", "process", "config", "profile_dirs", "profiles", "skus", "references",
-              "netbench", "slurm", "drain_rule", "redact", "__init__"}
+              "netbench", "slurm", "drain_rule", "breaker", "redact", "__init__"}
 MAY_IMPORT: dict[str, set[str]] = {
     **{name: FOUNDATION for name in FOUNDATION},
     "cli_types": FOUNDATION,

@@ -119,7 +119,8 @@ def test_show_node_reads_state_and_the_whole_reason(fake_bin, monkeypatch):
                              "   Reason=gpucheck: gpu.ecc_errors 3 uncorrected [root@2026-11-23T19:15:55]\n")
     monkeypatch.setenv("PATH", fake_bin.path())
     node = slurm.show_node("gpu-a")
-    assert node == slurm.NodeState("gpu-a", "IDLE+DRAIN", "gpucheck: gpu.ecc_errors 3 uncorrected")
+    assert node == slurm.NodeState("gpu-a", "IDLE+DRAIN", "gpucheck: gpu.ecc_errors 3 uncorrected",
+                                   reason_at="2026-11-23T19:15:55")  # when, for the breaker
     assert node.drained and drain_rule.holder_of(node) == "passive"
 
 

@@ -227,7 +227,8 @@ def node_report(args: argparse.Namespace) -> int:
     if note := write_textfile(site.prometheus_textfile, report):
         print(f"gpucheck: note: {note}", file=sys.stderr)
     # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk)
-    code = tell_slurm(args.slurm_node, report, args.scheduled) if args.slurm or args.scheduled else report.exit_code
+    code = tell_slurm(args.slurm_node, report, args.scheduled, site.breaker) if args.slurm or args.scheduled \
+        else report.exit_code
     text = render(report, args.format)
     if args.output is None:
         sys.stdout.write(text)
@@ -259,20 +260,23 @@ def write_textfile(path: str | None, report: Any) -> str | None:
     return None
 
 
-def tell_slurm(node: str | None, report: Any, scheduled: str | None = None) -> int:
-    """Drain or resume this node in Slurm by the report's verdict and drain_rule's table; the exit code --slurm
-    gives. The path is the scheduled check's, a prolog's or epilog's (Slurm says so in SLURM_SCRIPT_CONTEXT), else
-    the health check's."""
+def tell_slurm(node: str | None, report: Any, scheduled: str | None = None, held_by: Any = None) -> int:
+    """Drain or resume this node in Slurm by the report's verdict and drain_rule's table (a drain put to the
+    breaker, node.yaml's `held_by`); the exit code --slurm gives. The path is the scheduled check's, a prolog's or
+    epilog's (Slurm says so in SLURM_SCRIPT_CONTEXT), else the health check's."""
     from . import drain_rule, slurm
 
     context = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
     path = "scheduled" if scheduled else "prolog" if context.startswith(("prolog", "epilog")) else "health-check"
     try:
-        action = drain_rule.tell(path, report.exit_code, drain_rule.findings(report.results), node, scheduled)
+        action = drain_rule.tell(path, report.exit_code, drain_rule.findings(report.results), node, scheduled,
+                                 held_by)
     except slurm.SlurmError as exc:
         print(f"gpucheck: slurm: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     print(f"gpucheck: slurm: {action.describe()}", file=sys.stderr)
+    if action.verb == "held":  # a prolog's non-zero exit would make Slurm drain the node itself
+        return EXIT_OK
     return EXIT_FAIL if drain_rule.verdict_of(report.exit_code) == "fail" else EXIT_OK  # drained now, or before
 
 

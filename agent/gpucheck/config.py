@@ -9,6 +9,12 @@ guarded YAML reader it shares with the profiles.
       tf-horovod: {python: /opt/stacks/tf-horovod/bin/python, frameworks: [tensorflow, horovod],
                    pins: {tensorflow: "2.15.1", horovod: "0.28.1"}}
     prometheus_textfile: /var/lib/prometheus/node-exporter/gpucheck.prom   # every run's metrics, for node_exporter
+    breaker:                       # gpucheck's own drains held when too many came at once (breaker.py)
+      window_s: 600
+      fleet_fraction: 0.25         # of the nodes Slurm knows
+      group_fraction: 0.5          # of one rack's or leaf switch's nodes
+      groups:                      # this node's rack and leaf switch (the inventory's), each with its nodes
+        rack: {name: B, nodes: [gpu-b1, gpu-b2, gpu-b3, gpu-b4]}
 
 A pin is an exact version or a glob ("535.*"); an empty or absent one pins nothing. node/stack/pins.py enforces them.
 """
@@ -53,6 +59,20 @@ class Stack:
     pins: dict[str, str] = field(default_factory=dict)  # framework -> version or glob
 
 
+@dataclass(frozen=True)
+class BreakerSettings:
+    """When gpucheck's automatic drains are held (breaker.py): at most max(1, fraction x size) nodes drained by
+    gpucheck within `window_s`, of the fleet and of each rack or leaf switch."""
+    window_s: float = 600.0
+    fleet_fraction: float = 0.25
+    group_fraction: float = 0.5
+    # this node's groups: kind (rack, leaf_switch) -> (its name, the Slurm names of its nodes)
+    groups: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+
+
+GROUP_KINDS = ("rack", "leaf_switch")
+
+
 @dataclass
 class NodeConfig:
     path: Path | None = None
@@ -62,6 +82,7 @@ class NodeConfig:
     pins: dict[str, str] = field(default_factory=dict)  # SYSTEM_PINS name -> version or glob
     prometheus_textfile: str | None = None  # each `gpucheck node` run also writes its metrics here
     cluster_name: str | None = None  # the cluster the node is of: its reports' cluster_name (one history per cluster)
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
 
 
 def parse_yaml(text: str, label: str) -> Any:
@@ -118,7 +139,7 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{target} must be a YAML mapping")
     unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks", "pins", "prometheus_textfile",
-                                     "cluster_name"}
+                                     "cluster_name", "breaker"}
     if unknown:
         raise ConfigError(f"{target}: unknown key(s) {', '.join(sorted(unknown))}")
     for key in ("profile", "profiles_dir", "prometheus_textfile", "cluster_name"):
@@ -126,7 +147,35 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
             raise ConfigError(f"{target}: '{key}' must be a string, not {shape(data[key])}")
     return NodeConfig(target, data.get("profile") or "auto", data.get("profiles_dir"),
                       read_stacks(target, data.get("stacks")), read_pins(target, "pins", data.get("pins"), SYSTEM_PINS),
-                      read_textfile(target, data.get("prometheus_textfile")), data.get("cluster_name") or None)
+                      read_textfile(target, data.get("prometheus_textfile")), data.get("cluster_name") or None,
+                      read_breaker(target, data.get("breaker")))
+
+
+def read_breaker(target: Path, entries: object) -> BreakerSettings:
+    """node.yaml's `breaker:`; what it leaves out keeps its default."""
+    if entries is None:
+        return BreakerSettings()
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{target}: 'breaker' must be a mapping (window_s, fleet_fraction, group_fraction, "
+                          f"groups), not {shape(entries)}")
+    unknown = set(map(str, entries)) - {"window_s", "fleet_fraction", "group_fraction", "groups"}
+    if unknown:
+        raise ConfigError(f"{target}: 'breaker' has unknown key(s) {', '.join(sorted(unknown))}")
+    numbers = {}
+    for key, low, high in (("window_s", 1, 7 * 86400), ("fleet_fraction", 0, 1), ("group_fraction", 0, 1)):
+        value = entries.get(key, getattr(BreakerSettings, key))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+            raise ConfigError(f"{target}: 'breaker.{key}' is {shown(value)}: a number more than {low}, at most {high}")
+        numbers[key] = float(value)
+    groups = entries.get("groups") or {}
+    wrong = not isinstance(groups, dict) or any(
+        kind not in GROUP_KINDS or not isinstance(group, dict) or set(group) != {"name", "nodes"}
+        or not isinstance(group["nodes"], list) for kind, group in groups.items())
+    if wrong:
+        raise ConfigError(f"{target}: 'breaker.groups' must map {' or '.join(GROUP_KINDS)} to {{name, nodes: [the "
+                          "Slurm names of its nodes]}")
+    return BreakerSettings(**numbers, groups={kind: (str(group["name"]), tuple(map(str, group["nodes"])))
+                                              for kind, group in groups.items()})
 
 
 def read_textfile(target: Path, value: str | None) -> str | None:

@@ -21,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import breaker
+from .config import BreakerSettings
 from .model import EXIT_FAIL, EXIT_UNKNOWN
-from .slurm import NodeState, one_node, scontrol, show_node, this_node
+from .slurm import NodeState, all_nodes, one_node, scontrol, show_node, this_node
 
 REASON_PREFIX = "gpucheck:"  # every reason gpucheck writes starts so
 UPGRADE_HEAD = "gpucheck: upgrade"  # + " to STACK (driver V)" / " to STACK stopped: ..." (roles/gpu_upgrade)
@@ -123,7 +125,7 @@ def verdict_of(exit_code: int) -> str:
 
 @dataclass(frozen=True)
 class Action:
-    verb: str  # drain | resume | keep
+    verb: str  # drain | resume | keep | held (a drain the breaker held: breaker.py)
     node: str
     reason: str  # the drain reason, the resumed drain's reason, or why nothing is done
     holder: str = "nobody"  # who held the node before
@@ -131,6 +133,8 @@ class Action:
     def describe(self) -> str:
         if self.verb == "drain":
             return f"drained {self.node}: {self.reason}"
+        if self.verb == "held":
+            return f"did NOT drain {self.node}, {self.reason}"
         if self.verb == "resume":
             return f"resumed {self.node} (its drain was gpucheck's: {self.reason})"
         return f"left {self.node} as it is: {self.reason}"
@@ -182,14 +186,29 @@ def apply(action: Action) -> None:
                  "resume (a node whose slurmd does not respond cannot be resumed)")
 
 
-def tell(path: str, exit_code: int, findings: list[str], node: str | None = None,
-         scheduled: str | None = None) -> Action:
+def tell(path: str, exit_code: int, findings: list[str], node: str | None = None, scheduled: str | None = None,
+         held_by: BreakerSettings | None = None) -> Action:
     """What `path` did with this node (or `node`) in Slurm for a run that exited `exit_code` with `findings` (the
-    failed checks' "<id> <reason>"): decided by the table, applied. Raises SlurmError."""
+    failed checks' "<id> <reason>"): decided by the table, applied. An automatic path's drain is first put to the
+    breaker (`held_by`, node.yaml's), and asked again once made: a drain past its limits is held, or taken back.
+    Raises SlurmError."""
     current = show_node(this_node(node))
     action = decide(current, path, verdict_of(exit_code), findings, scheduled)
+    if action.verb != "drain" or held_by is None or path not in breaker.AUTOMATIC_PATHS:
+        apply(action)
+        return action
+    if why := _held(held_by, current.name):
+        return Action("held", current.name, f"{why}; it failed: {action.reason}", action.holder)
     apply(action)
+    if (why := _held(held_by, current.name)) and action.holder == "nobody":  # another node drained at once, first
+        apply(Action("resume", current.name, action.reason))
+        return Action("held", current.name, f"{why} (its drain taken back); it failed: {action.reason}", action.holder)
     return action
+
+
+def _held(settings: BreakerSettings, name: str) -> str | None:
+    nodes = all_nodes()
+    return breaker.held(settings, nodes, name, {n: holder_of(state) for n, state in nodes.items()})
 
 
 def render_table() -> str:

@@ -61,11 +61,14 @@ class Result:
     remediation: str = ""
     evidence: str = ""
     duration_s: float = 0.0
+    observed: bool = False  # the profile's `observe` names it: recorded and reported, never counted in the verdict
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
         data["evidence"] = truncate(self.evidence)
+        if not self.observed:
+            del data["observed"]
         return data
 
 
@@ -78,8 +81,9 @@ def error(check: str, reason: str, evidence: str = "", remediation: str = "") ->
 
 
 def exit_code(results: list[Result]) -> int:
-    """fail wins over error (a known fault is the stronger news), error over warn, warn over pass."""
-    statuses = {r.status for r in results}
+    """fail wins over error (a known fault is the stronger news), error over warn, warn over pass. An observed
+    check (the profile's `observe`) is left out: it never makes a node fail, so it never drains one."""
+    statuses = {r.status for r in results if not r.observed}
     if Status.FAIL in statuses:
         return EXIT_FAIL
     if Status.ERROR in statuses:

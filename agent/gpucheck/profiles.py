@@ -107,7 +107,10 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "horovod_ops_required": (list,),
     },
 }
-TOP_LEVEL = {"name", "description", "inherits", *SCHEMA}
+# `observe: [ids or globs]`: checks recorded and reported but never counted in the verdict (never drain a node), so a
+# site turns a new check on safely; node/pipeline.py marks them (a pattern that matches no check is refused there).
+OBSERVE = "observe"
+TOP_LEVEL = {"name", "description", "inherits", OBSERVE, *SCHEMA}
 # A derived profile's own keys (node/derived_profile.py), never a site file's: `gpu` thresholds per GPU label,
 # where each threshold came from, and each GPU's SKU id.
 PER_GPU, SOURCES, SKUS = "per_gpu", "sources", "skus"
@@ -212,6 +215,9 @@ def validate(data: dict[str, Any], origin: str) -> None:
             raise ProfileError(f"{origin}: unknown key '{key}' (known: {', '.join(sorted(TOP_LEVEL))})")
         if key in TEXT_KEYS and value is not None and not isinstance(value, str):
             raise ProfileError(f"{origin}: '{key}' must be text, got {_shown(value)}")
+        if key == OBSERVE and not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+            raise ProfileError(f"{origin}: '{OBSERVE}' must be a list of check ids or globs (gpu.temperature, "
+                               f"gpu.*), got {_shown(value)}")
         if key in SCHEMA:
             if not isinstance(value, dict):
                 raise ProfileError(f"{origin}: '{key}' must be a mapping")

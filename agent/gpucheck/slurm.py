@@ -42,6 +42,7 @@ class NodeState:
     state: str  # as scontrol prints it: IDLE, MIXED+DRAIN, DOWN*+DRAIN ...
     reason: str  # without the "[user@time]" Slurm appends
     gres: str = ""  # as scontrol prints it: gpu:8, gpu:h100:8(S:0-1), (null)
+    reason_at: str = ""  # when the reason was set, as Slurm appends it ("[root@2026-11-29T18:08:17]": local time)
 
     @property
     def flags(self) -> set[str]:
@@ -144,7 +145,9 @@ def _node_state(name: str, text: str) -> NodeState:
         text = m.group(1).strip() if m else ""
         return "" if text == "(null)" else text
 
-    return NodeState(name, value(state), re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", value(reason)), value(gres))
+    stamp = re.search(r"\s*\[[^\]]*@([^\]]*)\]\s*$", value(reason))
+    return NodeState(name, value(state), value(reason)[:stamp.start()] if stamp else value(reason), value(gres),
+                     stamp.group(1) if stamp else "")
 
 
 def this_node(explicit: str | None = None) -> str:

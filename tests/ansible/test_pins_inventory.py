@@ -43,12 +43,15 @@ def render(inventory: Path, host: str) -> str:
     except ImportError:  # older ansible-core trusts every string
         def trust_as_template(text):
             return text
+    from ansible.vars.hostvars import HostVars
+
     loader = DataLoader()
     inventory_manager = InventoryManager(loader=loader, sources=[str(inventory)])
-    host_vars = VariableManager(loader=loader, inventory=inventory_manager).get_vars(
-        host=inventory_manager.get_host(host))
+    manager = VariableManager(loader=loader, inventory=inventory_manager)
+    host_vars = manager.get_vars(host=inventory_manager.get_host(host))
     defaults = yaml.safe_load(DEFAULTS.read_text())
-    variables = {**{k: trust_as_template(v) if isinstance(v, str) else v for k, v in defaults.items()}, **host_vars}
+    variables = {**{k: trust_as_template(v) if isinstance(v, str) else v for k, v in defaults.items()}, **host_vars,
+                 "hostvars": HostVars(inventory=inventory_manager, variable_manager=manager, loader=loader)}
     return Templar(loader=loader, variables=variables).template(trust_as_template(TEMPLATE.read_text()))
 
 
@@ -217,3 +220,16 @@ def test_preflight_stops_a_stack_too_old_for_the_expected_profile(ansible_repo) 
         else:  # compared and passed, or (auto) not compared at all
             assert "needs driver" not in said and said.startswith("skipping:" if profile == "auto" else "ok:"), \
                 (host, said)
+
+
+def test_prod_node_knows_its_rack_and_leaf_switch_for_the_breaker(tmp_path) -> None:
+    """The inventory's rack and leaf_switch, each with the Slurm names of the nodes that share it (the breaker's
+    groups); the shares are the role's defaults."""
+    breaker = node_yaml(tmp_path, REPO / "inventory" / "prod", "node01").breaker
+    hosts = yaml.safe_load((REPO / "inventory" / "prod" / "hosts.yml").read_text())
+    nodes = hosts["all"]["children"]["gpu_nodes"]["hosts"]
+    rack_a = [name for name, spec in nodes.items() if spec.get("rack") == nodes["node01"]["rack"]]
+    assert breaker.groups["rack"] == (nodes["node01"]["rack"], tuple(rack_a)) and len(rack_a) > 1
+    assert breaker.groups["leaf_switch"][0] == nodes["node01"]["leaf_switch"]
+    assert set(rack_a) < set(breaker.groups["leaf_switch"][1])  # a leaf switch serves two racks here
+    assert (breaker.fleet_fraction, breaker.group_fraction, breaker.window_s) == (0.25, 0.5, 600.0)

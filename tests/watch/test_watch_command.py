@@ -1,6 +1,7 @@
 """`gpucheck watch` run as the systemd unit runs it, against the fake NVML and a real Slurm (tests/slurmkit.py):
 a planted Xid line drains the node with the watcher's reason, a stepped ECC counter is judged by gpu.ecc_errors,
-a restart never judges an old line again, and a hung NVML or a cut log leaves it watching."""
+a restart never judges an old line again, a hung NVML or a cut log leaves it watching, and the breaker holds a
+drain past its share of the fleet."""
 
 from __future__ import annotations
 
@@ -23,23 +24,26 @@ XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
 XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x404490=0x80000002"
 
 
+OTHERS = ("gpu-b", "gpu-c", "gpu-d")  # no slurmd behind them: drained by hand for the breaker's test
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    with slurmkit.running(tmp_path_factory.mktemp("slurm")) as cluster:
+    with slurmkit.running(tmp_path_factory.mktemp("slurm"), OTHERS) as cluster:
         yield cluster
 
 
 class Watch:
     """One node's watcher: its scenario, kernel log, state directory and output."""
 
-    def __init__(self, tmp: Path, slurm: slurmkit.SlurmCluster, scenario: str = "dgx-h100") -> None:
+    def __init__(self, tmp: Path, slurm: slurmkit.SlurmCluster, scenario: str = "dgx-h100", site: str = "") -> None:
         self.tmp, self.slurm = tmp, slurm
         self.scenario = tmp / "scenario.scn"
         shutil.copy(scenario_path(scenario), self.scenario)
         self.log = tmp / "kern.log"
         self.log.touch()
         self.out = tmp / "watch.out"
-        (tmp / "node.yaml").write_text("profile: dgx-h100\n")
+        (tmp / "node.yaml").write_text("profile: dgx-h100\n" + site)
         self.env = {**env_for(self.scenario, build_library()), **slurm.env,
                     "GPUCHECK_SYSFS_ROOT": str(write_pci_tree(tmp / "sys", BUS)),
                     "GPUCHECK_STATE_DIR": str(tmp / "state"), "GPUCHECK_CONFIG": str(tmp / "node.yaml"),
@@ -49,9 +53,10 @@ class Watch:
 
     def start(self) -> None:
         self.out.write_text("")
-        self.proc = subprocess.Popen([sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(self.log),
-                                      "--interval", "1", "--nvml-timeout", "2", "--slurm"], env=self.env, stdout=self.out.open("w"),
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        argv = [sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(self.log), "--interval", "1",
+                "--nvml-timeout", "2", "--slurm"]
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=self.out.open("w"), stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
         self.wait("watching")
         self.wait_saved()
 
@@ -152,3 +157,23 @@ def test_a_thermal_slowdown_and_fabric_manager_stopping_are_each_drained(watch, 
     finally:
         fabric_manager.kill()
         fabric_manager.wait()
+
+
+def test_the_breaker_holds_a_drain_past_its_share_of_the_fleet_and_says_so(slurm, tmp_path):
+    if "DRAIN" in slurm.state()[0]:
+        slurm.set(state="resume")
+    for other in OTHERS[:2]:  # two of four nodes drained by gpucheck a moment ago
+        slurm.set(other, state="drain", reason=f"gpucheck: watch: gpu.xid Xid 79 on {other}")
+    watch = Watch(tmp_path, slurm, site="breaker: {fleet_fraction: 0.5}\n")
+    try:
+        watch.start()
+        watch.plant(XID79)
+        said = watch.wait("did NOT drain")
+        assert (f"did NOT drain {slurmkit.NODE}, held by breaker: 3 of 4 nodes drained by gpucheck within 10 min "
+                "(node.yaml breaker: fleet_fraction 0.5, group_fraction 0.5)") in said
+        assert "it failed: gpucheck: watch: gpu.xid GPU 0000:18:00 has fallen off the bus" in said
+        assert "DRAIN" not in slurm.state()[0]
+    finally:
+        watch.stop()
+        for other in OTHERS[:2]:  # no slurmd behind them, so no resume: an admin's reason, which no breaker counts
+            slurm.set(other, state="drain", reason="test: done")

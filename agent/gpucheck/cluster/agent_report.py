@@ -131,7 +131,8 @@ def problem(report: dict[str, Any]) -> str | None:
     for name in TOP_TEXT:
         if report.get(name) is not None and not isinstance(report[name], str):
             return f"{name} is {kind_of(report[name])}, not text"
-    said = exit_code([Result(str(r["check"]), Status(r["status"])) for r in results])
+    said = exit_code([Result(str(r["check"]), Status(r["status"]), observed=r.get("observed") is True)
+                      for r in results])
     if said != code:
         return f"exit_code {code} but its results say {said}"
     return None

@@ -45,6 +45,19 @@ def drain(ctx: ClusterContext) -> list[tuple[str, str]]:
             for node in sorted(reasons, key=lambda n: order.index(n) if n in order else len(order))]
 
 
+def would_drain(ctx: ClusterContext) -> list[tuple[str, str]]:
+    """(node, reason) for every node an observed check (the profile's `observe`) failed on: what turning it on
+    would have drained. In inventory order."""
+    found = []
+    for host in ctx.inventory.hosts:
+        outcome = ctx.nodes.get(host.name)
+        failed = [f"{r.get('check')} {r.get('reason', '')}".strip() for r in (outcome.report or {}).get("results", [])
+                  if r.get("observed") is True and r.get("status") == Status.FAIL.value] if outcome else []
+        if failed:
+            found.append((host.name, drain_reason(failed)))
+    return found
+
+
 def overall_exit(ctx: ClusterContext, interrupted: bool = False) -> int:
     """fail wins, then error (a node that could not be checked, a stage that could not run), then warn."""
     statuses = [Result("node", o.status) for o in ctx.nodes.values()] + list(ctx.results)
@@ -131,6 +144,7 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
         "history": ctx.history,
         "slurm": ctx.slurm,
         "drain": [{"node": n, "reason": r} for n, r in drained],
+        "would_drain": [{"node": n, "reason": r} for n, r in would_drain(ctx)],
         "timings": ctx.timings,
     }
     if ctx.burn:  # the burn stage ran (opt-in)

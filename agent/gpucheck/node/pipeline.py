@@ -61,9 +61,9 @@ def all_collectors() -> dict[str, Callable[[Context], dict[str, Any]]]:
     return found
 
 
-def _matches(check: Check, pattern: str) -> bool:
-    return (check.id == pattern or check.id.startswith(pattern.rstrip(".") + ".")
-            or fnmatch.fnmatchcase(check.id, pattern))
+def _matches(check_id: str, pattern: str) -> bool:
+    return (check_id == pattern or check_id.startswith(pattern.rstrip(".") + ".")
+            or fnmatch.fnmatchcase(check_id, pattern))
 
 
 def select_checks(only: list[str], skip: list[str], full: bool) -> list[Check]:
@@ -71,10 +71,10 @@ def select_checks(only: list[str], skip: list[str], full: bool) -> list[Check]:
     unless named exactly in --only."""
     checks = all_checks()
     for pattern in [*only, *skip]:
-        if not any(_matches(c, pattern) for c in checks):
+        if not any(_matches(c.id, pattern) for c in checks):
             raise UsageError(f"no check matches '{pattern}' (see `gpucheck checks`)")
-    chosen = [c for c in checks if not only or any(_matches(c, p) for p in only)]
-    chosen = [c for c in chosen if not any(_matches(c, p) for p in skip)]
+    chosen = [c for c in checks if not only or any(_matches(c.id, p) for p in only)]
+    chosen = [c for c in chosen if not any(_matches(c.id, p) for p in skip)]
     chosen = [c for c in chosen if not c.active or full or c.id in only]
     if not chosen:
         active = [c.id for c in checks if c.active and c.id.startswith("gpu.")]
@@ -240,6 +240,24 @@ def summary_facts(ctx: Context, profile: profiles.Profile, gather: Gatherer) -> 
     }
 
 
+def observed(results: list[Result], profile: profiles.Profile) -> list[Result]:
+    """The results the profile's `observe` names, marked so (never counted in the verdict); one that would have
+    failed or warned says so first in its reason."""
+    patterns = profile.data.get(profiles.OBSERVE) or []
+    checks = all_checks()
+    for pattern in patterns:
+        if not any(_matches(c.id, pattern) for c in checks):
+            raise profiles.ProfileError(f"profile {profile.name}: '{profiles.OBSERVE}' names no check: '{pattern}' "
+                                        "(see `gpucheck checks`)")
+    for result in results:
+        if any(_matches(result.check, p) for p in patterns):
+            result.observed = True
+            if result.status in (Status.FAIL, Status.WARN):
+                result.reason = f"observed only (would {'drain' if result.status == Status.FAIL else 'warn'}): " \
+                                f"{result.reason}"
+    return results
+
+
 def run_node(options: Options, config: NodeConfig, given: dict[str, Any] | None = None) -> Report:
     """Raises UsageError or profiles.ProfileError for bad input; everything else is a result. `given`: facts a
     caller collected itself, by collector name (gpucheck watch's kernel log lines), used instead of collecting."""
@@ -262,7 +280,7 @@ def judge(options: Options, config: NodeConfig, given: dict[str, Any] | None = N
     gather = Gatherer(ctx, deadline, began)
     profile = choose_profile(options.profile, config, gather)
     ctx.profile = profile
-    results = [evaluate(check, gather, profile) for check in checks]
+    results = observed([evaluate(check, gather, profile) for check in checks], profile)
     return Report(host=socket.gethostname(), profile=profile.name, results=results,
                   facts=summary_facts(ctx, profile, gather), thresholds=profile.data, started=started,
                   duration_s=time.monotonic() - began, version=__version__,

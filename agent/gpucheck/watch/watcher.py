@@ -175,7 +175,7 @@ class Watcher:
         if self.settings.slurm and drain_rule.verdict_of(report.exit_code) == "fail":
             try:
                 action = drain_rule.tell("watch", report.exit_code, drain_rule.findings(report.results),
-                                         self.settings.slurm_node)
+                                         self.settings.slurm_node, held_by=self.site.breaker)
                 self.say(f"slurm: {action.describe()}")
             except slurm.SlurmError as exc:
                 self.say(f"slurm: {exc}")

@@ -12,7 +12,7 @@ from typing import Any
 from ..values import figure, plural, unit_of_check
 from ..views import for_person
 from .burnin import burnin_section
-from .drain import render_drain
+from .drain import render_drain, would_drain_line
 from .html_burn_map import burn_map_html
 from .html_burnin import render_burnin
 from .html_charts import pair_heatmap_svg, scaling_chart_svg
@@ -199,6 +199,8 @@ def render_html(doc: dict[str, Any]) -> str:
     body.append(f'<div class="tiles">{tiles}</div>')
     if doc.get("drain"):
         body.append("<h2>Nodes to drain</h2><pre>" + esc(render_drain(doc)) + "</pre>")
+    if would := would_drain_line(doc):
+        body.append(f"<p>{esc(would)}</p>")
     body.append(what_to_do(doc))
     body.append(slurm_section(doc))
     results = dicts(doc.get("cluster"))

@@ -11,7 +11,7 @@ from typing import Any
 from ..gpu_figures import number_text
 from ..values import figure
 from .burnin import burnin_section, heading, reference_text, share
-from .drain import render_drain
+from .drain import render_drain, would_drain_line
 from .scheduler import slurm_lines
 from .training import training_lines
 from .wording import (
@@ -185,6 +185,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
               ""]
     if doc.get("drain"):
         lines += ["## Nodes to drain", "", "```"] + render_drain(doc).replace("```", "'''").splitlines() + ["```", ""]
+    if would := would_drain_line(doc):
+        lines += [would, ""]
     lines += what_to_do_lines(doc)
     slurm = slurm_lines(doc)
     if slurm:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..values import figure
 from .burnin import burnin_section, heading
-from .drain import one_line
+from .drain import one_line, would_drain_line
 from .training import training_summary
 from .wording import counts_text, node_map, number, scaling_points, scaling_summary, status_of, verdict
 
@@ -57,5 +57,7 @@ def render_summary(doc: dict[str, Any], report_dir: Path | str, limit: int = 10)
     if drained:
         shown = ", ".join(drained[:20]) + (f" and {len(drained) - 20} more" if len(drained) > 20 else "")
         lines.append(f"drain ({len(drained)}): {shown}  -> {Path(report_dir) / 'drain.txt'}")
+    if would := would_drain_line(doc):
+        lines.append(would)
     lines += [f"report: {report_dir}/", f"verdict: {verdict(code)} — exit {code}"]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,87 @@
+"""The circuit breaker (breaker.held): gpucheck's own recent drains, in the order Slurm stamped them, against the
+fleet's and each group's limit; and node.yaml's `breaker:` read strictly."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from gpucheck import breaker, config
+from gpucheck.config import BreakerSettings
+from gpucheck.slurm import NodeState
+
+NOW = dt.datetime(2026, 11, 29, 18, 30, 0)
+
+
+def node(name: str, reason: str = "", ago_s: float | None = None) -> NodeState:
+    stamp = (NOW - dt.timedelta(seconds=ago_s)).isoformat(timespec="seconds") if ago_s is not None else ""
+    return NodeState(name, "IDLE+DRAIN" if reason else "IDLE", reason, reason_at=stamp)
+
+
+def holders(nodes: dict[str, NodeState]) -> dict[str, str]:
+    from gpucheck.drain_rule import holder_of
+
+    return {n: holder_of(s) for n, s in nodes.items()}
+
+
+def fleet(*states: NodeState) -> dict[str, NodeState]:
+    return {s.name: s for s in states}
+
+
+WATCH = "gpucheck: watch: gpu.xid GPU 0000:18:00 has fallen off the bus"
+
+
+def test_the_drain_past_the_fleets_limit_is_held_and_says_how_many():
+    nodes = fleet(node("a", WATCH, 60), node("b", "gpucheck: gpu.ecc_errors 2", 30), node("c"), node("d"))
+    settings = BreakerSettings(fleet_fraction=0.5)
+    said = breaker.held(settings, nodes, "c", holders(nodes), NOW)
+    assert said.startswith("held by breaker: 3 of 4 nodes drained by gpucheck within 10 min")
+    assert breaker.held(BreakerSettings(fleet_fraction=0.75), nodes, "c", holders(nodes), NOW) is None
+
+
+def test_only_gpuchecks_recent_drains_count():
+    nodes = fleet(node("a", WATCH, 601), node("b", "PSU swap", 30), node("c", "gpucheck: upgrade to r550", 10),
+                  node("d"))
+    assert breaker.held(BreakerSettings(fleet_fraction=0.25), nodes, "d", holders(nodes), NOW) is None
+
+
+def test_a_rack_has_a_limit_of_its_own_and_one_node_may_always_go():
+    rack = ("B", ("b1", "b2", "b3", "b4"))
+    others = (node(f"x{i}") for i in range(8))
+    nodes = fleet(node("b1", WATCH, 50), node("b2", WATCH, 40), node("b3"), node("b4"), *others)
+    settings = BreakerSettings(fleet_fraction=1.0, group_fraction=0.5, groups={"rack": rack})
+    assert breaker.held(settings, nodes, "b3", holders(nodes), NOW).startswith(
+        "held by breaker: 3 of 4 nodes of rack B drained by gpucheck")
+    alone = fleet(node("solo"))
+    assert breaker.held(BreakerSettings(fleet_fraction=0.01), alone, "solo", {}, NOW) is None
+
+
+def test_two_drains_at_once_agree_on_which_one_went_past_the_limit():
+    """Both watchers drained in the same second; asked again after, each sees the same order: the later name is held."""
+    nodes = fleet(node("a", WATCH, 5), node("c", WATCH, 0), node("d", WATCH, 0), node("e"))
+    settings = BreakerSettings(fleet_fraction=0.5)
+    assert breaker.held(settings, nodes, "c", holders(nodes), NOW) is None
+    assert "3 of 4 nodes" in breaker.held(settings, nodes, "d", holders(nodes), NOW)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("breaker: 3", "'breaker' must be a mapping"),
+    ("breaker: {fleet_fraction: 0}", "'breaker.fleet_fraction' is 0: a number more than 0, at most 1"),
+    ("breaker: {window_s: true}", "'breaker.window_s' is True"),
+    ("breaker: {groups: {row: {name: 1, nodes: []}}}", "'breaker.groups' must map rack or leaf_switch"),
+    ("breaker: {limit: 3}", "'breaker' has unknown key(s) limit"),
+])
+def test_a_wrong_breaker_is_one_line_naming_the_key(tmp_path, text, says):
+    path = tmp_path / "node.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_node_yaml_gives_the_breaker_its_groups(tmp_path):
+    path = tmp_path / "node.yaml"
+    path.write_text("breaker:\n  window_s: 300\n  groups:\n    rack: {name: B, nodes: [b1, b2]}\n")
+    settings = config.load(path).breaker
+    assert settings == BreakerSettings(window_s=300.0, groups={"rack": ("B", ("b1", "b2"))})
