@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import slurmkit
@@ -43,7 +45,10 @@ class Watch:
         self.log = tmp / "kern.log"
         self.log.touch()
         self.out = tmp / "watch.out"
-        (tmp / "node.yaml").write_text("profile: dgx-h100\n" + site)
+        self.metrics = tmp / "prom" / "gpucheck-watch.prom"  # beside the node run's textfile, under its own name
+        self.metrics.parent.mkdir()
+        (tmp / "node.yaml").write_text(f"profile: dgx-h100\nprometheus_textfile: {tmp / 'prom' / 'gpucheck.prom'}\n"
+                                       + site)
         self.env = {**env_for(self.scenario, build_library()), **slurm.env,
                     "GPUCHECK_SYSFS_ROOT": str(write_pci_tree(tmp / "sys", BUS)),
                     "GPUCHECK_STATE_DIR": str(tmp / "state"), "GPUCHECK_CONFIG": str(tmp / "node.yaml"),
@@ -51,10 +56,15 @@ class Watch:
         self.proc: subprocess.Popen | None = None
         self.seq = 0
 
-    def start(self) -> None:
+    def start(self, beside: Path | None = None) -> None:
+        """`beside`: a program started with the watcher in a PID namespace of their own, where it sees no other
+        process (a lab host's Fabric Manager, on a build machine running the lab)."""
         self.out.write_text("")
         argv = [sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(self.log), "--interval", "1",
                 "--nvml-timeout", "2", "--slurm"]
+        if beside is not None:
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", "--", "sh", "-c",
+                    f'{beside} 600 & exec "$@"', "sh", *argv]
         self.proc = subprocess.Popen(argv, env=self.env, stdout=self.out.open("w"), stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         self.wait("watching")
@@ -62,7 +72,9 @@ class Watch:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            watcher = next((p for p in [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(True)]
+                            if "gpucheck" in p.cmdline()[:3]), None)
+            (watcher or psutil.Process(self.proc.pid)).send_signal(signal.SIGTERM)
             assert self.proc.wait(timeout=30) == 0, self.said()
             assert "stopped" in self.said()
 
@@ -104,6 +116,12 @@ def test_an_xid_line_drains_the_node_at_once_and_a_restart_does_not_judge_it_aga
     assert "DRAIN" in state and reason.startswith("gpucheck: watch: gpu.xid")
     kept = watch.reports()
     assert len(kept) == 1 and kept[0].name.endswith("-fail.json")  # kept as every run is, for the history
+    metrics = wait_for(lambda: 'action="drain"' in (text := watch.metrics.read_text()) and text, 10, "the metrics")
+    host = f'host="{socket.gethostname()}"'
+    assert f'gpucheck_watch_check_status{{{host},check="gpu.xid",status="fail"}} 1' in metrics
+    assert f'gpucheck_watch_events_total{{{host},source="kernel_log"}} 1' in metrics
+    assert f'gpucheck_watch_slurm_actions_total{{{host},action="drain"}} 1' in metrics
+    assert not (watch.tmp / "prom" / "gpucheck.prom").exists()  # the node run's file is never the watcher's
     watch.stop()
     watch.start()
     watch.plant(XID13)  # an application's Xid: judged, passes, and the old line is not read again
@@ -140,23 +158,19 @@ def test_a_hung_nvml_and_a_cut_log_leave_it_watching(watch, slurm):
 def test_a_thermal_slowdown_and_fabric_manager_stopping_are_each_drained(watch, slurm, tmp_path):
     exe = tmp_path / "nv-fabricmanager"  # the check finds Fabric Manager by its process name, as on a DGX
     shutil.copy(shutil.which("sleep"), exe)
-    fabric_manager = subprocess.Popen([str(exe), "600"])
-    try:
-        watch.start()
-        throttled = watch.tmp / "throttled.scn"
-        throttled.write_text(watch.scenario.read_text() + "\ngpu.7.clocks_event_reasons = hw_thermal_slowdown\n")
-        os.replace(throttled, watch.scenario)
-        said = watch.wait("slurm: drained")
-        assert "GPU7 clock_events 0 -> 64" in said and "gpu.clocks fail" in said
-        assert slurm.state()[1].startswith("gpucheck: watch: gpu.clocks")
-        slurm.set(state="resume")
-        fabric_manager.kill()
-        said = watch.wait("gpu.fabric_manager fail")
-        assert "fabric_manager True -> False" in said
-        watch.wait(f"drained {slurmkit.NODE}: gpucheck: watch: gpu.fabric_manager")
-    finally:
-        fabric_manager.kill()
-        fabric_manager.wait()
+    watch.start(beside=exe)
+    throttled = watch.tmp / "throttled.scn"
+    throttled.write_text(watch.scenario.read_text() + "\ngpu.7.clocks_event_reasons = hw_thermal_slowdown\n")
+    os.replace(throttled, watch.scenario)
+    said = watch.wait("slurm: drained")
+    assert "GPU7 clock_events 0 -> 64" in said and "gpu.clocks fail" in said
+    assert slurm.state()[1].startswith("gpucheck: watch: gpu.clocks")
+    slurm.set(state="resume")
+    fabric_manager = next(p for p in psutil.process_iter(["exe"]) if p.info["exe"] == str(exe))
+    fabric_manager.kill()  # gone, not yet reaped by the namespace's first process: a zombie is not running
+    said = watch.wait("gpu.fabric_manager fail")
+    assert "fabric_manager True -> False" in said
+    watch.wait(f"drained {slurmkit.NODE}: gpucheck: watch: gpu.fabric_manager")
 
 
 def test_the_breaker_holds_a_drain_past_its_share_of_the_fleet_and_says_so(slurm, tmp_path):

@@ -102,8 +102,9 @@ FABRIC_MANAGER_NAMES = {"nv-fabricmanager", "nvidia-fabricmanager"}  # the daemo
 
 
 def find_fabric_manager() -> dict[str, Any]:
-    for proc in psutil.process_iter(["name", "pid"]):
-        if proc.info.get("name") in FABRIC_MANAGER_NAMES:
+    """The daemon by its process name; one that died and was not reaped yet (a zombie) is not running."""
+    for proc in psutil.process_iter(["name", "pid", "status"]):
+        if proc.info.get("name") in FABRIC_MANAGER_NAMES and proc.info.get("status") != psutil.STATUS_ZOMBIE:
             return {"running": True, "pid": proc.info["pid"]}
     return {"running": False, "pid": None}
 

@@ -14,6 +14,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from ..parsers import ParseError, parse
 from ..report.node import render
 from .fields import CHECK_OF, Hung, Sampler, Unavailable, concerned, settled
 from .kernel_source import KernelLog, SourceError
+from .metrics import WatchMetrics
 
 STATE_FILE = "watch.json"  # {"cursor": the kernel log's, "sample": the last NVML sample, "boot_id"}
 FILE_POLL_S = 0.5  # a log file (not /dev/kmsg) is read this often: select() cannot wait on a regular file
@@ -65,6 +67,7 @@ class Watcher:
         self.stopped = False
         self.said: set[str] = set()  # the one-time notes said and still true (NVML hung, a log not readable)
         self.saved_text = ""
+        self.metrics = WatchMetrics.beside(self.site.prometheus_textfile, socket.gethostname())
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -93,6 +96,8 @@ class Watcher:
                 self.poll_nvml()
                 next_poll = time.monotonic() + self.settings.interval_s
             self.save()
+            if note := self.metrics.write():
+                self.once("metrics", note)
         self.save()
         self.say("stopped")
         return 0
@@ -136,7 +141,8 @@ class Watcher:
                   "notes": []}
         given = {"kernel_log": {"source": self.log.path, **facts, "window": window, "evidence": "\n".join(ours)}}
         seen = [f"Xid {e['xid']} on {e.get('pci') or '?'}" for e in facts["events"]]
-        self.judge({"gpu.xid": seen or [f"GPU {pci} fallen off the bus" for pci in facts["fallen_off_bus"]]}, given)
+        self.judge({"gpu.xid": seen or [f"GPU {pci} fallen off the bus" for pci in facts["fallen_off_bus"]]},
+                   "kernel_log", given)
 
     def poll_nvml(self) -> None:
         try:
@@ -144,7 +150,7 @@ class Watcher:
         except Hung as exc:
             if "nvml" not in self.said:  # every polled check once: each says what its hung fields mean
                 self.once("nvml", f"{exc}: judging the GPUs once; NVML is asked again when the call returns")
-                self.judge({check: [str(exc)] for check in sorted(set(CHECK_OF.values()))})
+                self.judge({check: [str(exc)] for check in sorted(set(CHECK_OF.values()))}, "nvml")
             return
         except Unavailable as exc:
             self.once("nvml", f"{exc}: not judged (a driver being replaced); asked again in a while")
@@ -155,10 +161,11 @@ class Watcher:
         moved = concerned(self.sample, now)
         self.sample = settled(self.sample, now)
         if moved:
-            self.judge(moved)
+            self.judge(moved, "nvml")
 
-    def judge(self, moved: dict[str, list[str]], given: dict[str, Any] | None = None) -> Report | None:
-        """Run the checks in `moved` (id -> what moved), keep the report, tell Slurm on a failure."""
+    def judge(self, moved: dict[str, list[str]], source: str, given: dict[str, Any] | None = None) -> Report | None:
+        """Run the checks in `moved` (id -> what moved, seen in `source`), keep the report, tell Slurm on a
+        failure."""
         began = time.monotonic()
         try:
             report = run_node(Options(only=sorted(moved), timeout=JUDGE_TIMEOUT_S, deadline=3 * JUDGE_TIMEOUT_S),
@@ -166,7 +173,8 @@ class Watcher:
         except Exception as exc:  # a profile gone bad since the start: said, and the watcher goes on
             self.say(f"could not judge {', '.join(sorted(moved))}: {exc}")
             return None
-        report.facts["watch"] = {"moved": moved}
+        report.facts["watch"] = {"moved": moved, "source": source}
+        self.metrics.judged(source, report)
         verdicts = ", ".join(f"{r.check} {r.status.value}" for r in report.results)
         self.say(f"{'; '.join(why for whys in moved.values() for why in whys)[:300]} -> {verdicts} "
                  f"({time.monotonic() - began:.2f} s)")
@@ -177,6 +185,7 @@ class Watcher:
                 action = drain_rule.tell("watch", report.exit_code, drain_rule.findings(report.results),
                                          self.settings.slurm_node, held_by=self.site.breaker)
                 self.say(f"slurm: {action.describe()}")
+                self.metrics.acted(action.verb)
             except slurm.SlurmError as exc:
                 self.say(f"slurm: {exc}")
         return report
