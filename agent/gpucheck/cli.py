@@ -222,13 +222,14 @@ def node_report(args: argparse.Namespace) -> int:
     report.facts["last_active_pass"] = kept_reports.last_active_pass(report, active)
     if not active and (args.format == "prometheus" or site.prometheus_textfile):  # only that text carries them:
         report.last_active = kept_reports.last_active_results()  # the last active run's figures, between two
+    # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk), and
+    # the kept report says what was done (facts.slurm: the history's transitions)
+    code = tell_slurm(args.slurm_node, report, args.scheduled, site.breaker) if args.slurm or args.scheduled \
+        else report.exit_code
     if note := kept_reports.keep(report, render(report, "json"), active):  # the history's copy on the node
         print(f"gpucheck: note: {note}", file=sys.stderr)
     if note := write_textfile(site.prometheus_textfile, report):
         print(f"gpucheck: note: {note}", file=sys.stderr)
-    # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk)
-    code = tell_slurm(args.slurm_node, report, args.scheduled, site.breaker) if args.slurm or args.scheduled \
-        else report.exit_code
     text = render(report, args.format)
     if args.output is None:
         sys.stdout.write(text)
@@ -275,6 +276,7 @@ def tell_slurm(node: str | None, report: Any, scheduled: str | None = None, held
         print(f"gpucheck: slurm: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     print(f"gpucheck: slurm: {action.describe()}", file=sys.stderr)
+    report.facts["slurm"] = action.record(path)
     if action.verb == "held":  # a prolog's non-zero exit would make Slurm drain the node itself
         return EXIT_OK
     return EXIT_FAIL if drain_rule.verdict_of(report.exit_code) == "fail" else EXIT_OK  # drained now, or before

@@ -18,6 +18,7 @@ drained returns only through proof: an active check's pass (docs/watch.md).
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,11 @@ class Action:
         if self.verb == "resume":
             return f"resumed {self.node} (its drain was gpucheck's: {self.reason})"
         return f"left {self.node} as it is: {self.reason}"
+
+    def record(self, path: str) -> dict[str, str]:
+        """What a report keeps of it (facts.slurm): the history makes the node's transitions of it."""
+        return {"path": path, "action": self.verb, "holder": self.holder, "reason": self.reason,
+                "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
 def decide(current: NodeState, path: str, verdict: str, findings: list[str], scheduled: str | None = None) -> Action:

@@ -5,6 +5,7 @@ drain past its share of the fleet."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -116,6 +117,8 @@ def test_an_xid_line_drains_the_node_at_once_and_a_restart_does_not_judge_it_aga
     assert "DRAIN" in state and reason.startswith("gpucheck: watch: gpu.xid")
     kept = watch.reports()
     assert len(kept) == 1 and kept[0].name.endswith("-fail.json")  # kept as every run is, for the history
+    facts = json.loads(kept[0].read_text())["facts"]
+    assert facts["watch"]["source"] == "kernel_log" and facts["slurm"]["action"] == "drain"  # its transitions
     metrics = wait_for(lambda: 'action="drain"' in (text := watch.metrics.read_text()) and text, 10, "the metrics")
     host = f'host="{socket.gethostname()}"'
     assert f'gpucheck_watch_check_status{{{host},check="gpu.xid",status="fail"}} 1' in metrics
@@ -191,3 +194,46 @@ def test_the_breaker_holds_a_drain_past_its_share_of_the_fleet_and_says_so(slurm
         watch.stop()
         for other in OTHERS[:2]:  # no slurmd behind them, so no resume: an admin's reason, which no breaker counts
             slurm.set(other, state="drain", reason="test: done")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A state directory on a filesystem with no space left (a 64 KiB tmpfs, filled)."""
+    state = tmp_path / "full"
+    state.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "gpucheck-test-full", str(state)], check=True)
+    try:
+        with (state / "filler").open("wb", buffering=0) as fh, pytest.raises(OSError, match="No space left"):
+            while True:
+                fh.write(b"\0" * 4096)
+        yield state
+    finally:
+        subprocess.run(["umount", str(state)], check=True)
+
+
+def test_a_full_disk_is_said_and_the_node_is_still_drained(watch, slurm, full_disk):
+    watch.env["GPUCHECK_STATE_DIR"] = str(full_disk)
+    watch.proc = subprocess.Popen([sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(watch.log),
+                                   "--interval", "1", "--slurm"], env=watch.env, stdout=watch.out.open("w"),
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    said = watch.wait("cannot remember where it stood")
+    assert "No space left on device" in said
+    watch.plant(XID79)
+    said = watch.wait("slurm: drained")
+    assert "this report is not kept on the node" in said and "No space left on device" in said
+    assert slurm.state()[1].startswith("gpucheck: watch: gpu.xid")
+
+
+def test_nvml_gone_is_said_once_and_judged_never(watch, slurm):
+    """The driver unloaded under a running watcher (an upgrade): NVML's calls answer DRIVER_NOT_LOADED."""
+    watch.start()
+    gone = watch.tmp / "gone.scn"
+    gone.write_text(watch.scenario.read_text() + "\nfail = nvmlDeviceGetCount_v2 NVML_ERROR_DRIVER_NOT_LOADED\n")
+    os.replace(gone, watch.scenario)
+    said = watch.wait("not judged (a driver being replaced)")
+    watch.plant(XID13)  # the loop goes on: a line after it is still read and judged
+    said = watch.wait("gpu.xid pass")
+    assert said.count("NVML: Driver Not Loaded") == 1 and " -> gpu.count" not in said
+    assert "DRAIN" not in slurm.state()[0]

@@ -17,7 +17,7 @@ from ..cli_types import Bounded, Parser, fail
 from ..files import write_output
 from ..model import EXIT_OK, EXIT_UNKNOWN
 from ..redact import for_terminal as shown
-from . import queries
+from . import mttr, queries
 from .diff import number
 from .importer import import_paths
 from .offenders import DEFAULT_DAYS, DEFAULT_FAILURES, gpu_offenders, offenders
@@ -46,6 +46,7 @@ examples:
   gpucheck history show GPU-5d3c... --runs 20                  one GPU's figures, wherever it was
   gpucheck history baseline node07 --set                       after a repair: its latest run is the new baseline
   gpucheck history offenders --failures 2 --days 14            the nodes and GPUs that failed twice in two weeks
+  gpucheck history mttr --since 30d                            per node: detection to drain, drain to return
   gpucheck history export --format csv --since 30d -o figures.csv
 """
 
@@ -106,6 +107,15 @@ def add_parser(sub: Any) -> tuple[Any, Parser]:
                                        "it).")
     off.add_argument("--failures", type=count, default=DEFAULT_FAILURES, metavar="N", help="(default: %(default)s)")
     off.add_argument("--days", type=count, default=DEFAULT_DAYS, metavar="M", help="(default: %(default)s)")
+    mttr = verbs.add_parser("mttr", parents=[common], help="per node: detection to drain, drain to return",
+                            description="Per node, how long from a fault detected (by gpucheck watch) to the node "
+                                        "drained, and from drained to back in service, over a period: the "
+                                        "transitions the kept reports of the watcher, the health check and the "
+                                        "scheduled checks carry (gpucheck history collect brings them here).")
+    mttr.add_argument("--since", type=since, default=since("30d"), metavar="WHEN",
+                      help="since: 30d (the default), 12h or an ISO date")
+    mttr.add_argument("--node", help="only this node")
+    mttr.add_argument("--format", choices=("text", "json"), default="text", help="(default: %(default)s)")
     export = verbs.add_parser("export", parents=[common], help="every figure as rows: CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv", help="(default: %(default)s)")
     export.add_argument("--node", help="only this node's figures")
@@ -127,7 +137,16 @@ def run(args: argparse.Namespace) -> int:
     writes = args.verb == "import" or (args.verb == "baseline" and args.set)
     with open_store(args, create=args.verb == "import", reading=not writes) as store:
         return {"import": do_import, "runs": do_runs, "show": do_show, "baseline": do_baseline,
-                "offenders": do_offenders, "export": do_export}[args.verb](store, args)
+                "offenders": do_offenders, "mttr": do_mttr, "export": do_export}[args.verb](store, args)
+
+
+def do_mttr(store: Store, args: argparse.Namespace) -> int:
+    rows = mttr.summary(mttr.episodes(store, args.since, args.node))
+    if args.format == "json":
+        print(json.dumps(rows, indent=1))
+    else:
+        sys.stdout.write(shown(mttr.render(rows, f"since {args.since}" + (f" on {args.node}" if args.node else ""))))
+    return EXIT_OK
 
 
 def do_import(store: Store, args: argparse.Namespace) -> int:

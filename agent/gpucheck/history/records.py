@@ -41,6 +41,7 @@ class NodeRun:
     figures: list[tuple[str, str, str, int, float]] = field(default_factory=list)  # (check, figure, unit, gpu, value)
     versions: dict[str, str] = field(default_factory=dict)
     report: dict[str, Any] | None = None  # what the node said, kept whole when it did not pass (evidence)
+    transitions: list[tuple[str, str, str, str]] = field(default_factory=list)  # (at, state, path, reason)
 
 
 @dataclass
@@ -159,7 +160,28 @@ def node_run(node: str, report: dict[str, Any], status: str | None = None, reaso
     own = status or verdict_of_exit(report.get("exit_code"))
     return NodeRun(node=node, status=own, reason=text_of(reason), profile=text_of(report.get("profile")),
                    gpus=gpus_of(facts), results=verdicts, figures=figures, versions=versions(report),
-                   report=None if own == "pass" else report)
+                   report=None if own == "pass" else report, transitions=transitions_of(report, facts, own))
+
+
+# What a node's Slurm action makes of it (facts.slurm.action, drain_rule.Action): the states of docs/watch.md.
+STATE_OF_ACTION = {"drain": "drained", "held": "held", "resume": "returned"}
+
+
+def transitions_of(report: dict[str, Any], facts: dict[str, Any], status: str) -> list[tuple[str, str, str, str]]:
+    """The node's state changes a report tells of: a fault the watcher judged (`detected`, at the run's start),
+    and what its run did in Slurm (`drained`, `held` by the breaker, `returned` to service), at the time it did."""
+    found = []
+    watch = facts.get("watch")
+    if isinstance(watch, dict) and status == "fail":
+        moved = watch.get("moved") if isinstance(watch.get("moved"), dict) else {}
+        found.append((utc(report.get("started")), "detected", "watch",
+                      "; ".join(f"{check}: {', '.join(map(str, why))}" for check, why in moved.items()
+                                if isinstance(why, list))[:500]))
+    slurm = facts.get("slurm")
+    if isinstance(slurm, dict) and slurm.get("action") in STATE_OF_ACTION:
+        found.append((utc(slurm.get("at")), STATE_OF_ACTION[slurm["action"]], str(text_of(slurm.get("path"))),
+                      str(text_of(slurm.get("reason")) or "")[:500]))
+    return found
 
 
 def from_node_report(doc: dict[str, Any], node: str | None = None) -> Run:

@@ -95,6 +95,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
 ), (
     # 2: the store's cluster: one store per cluster (a lab's node01 is not a production node01)
     "CREATE TABLE about (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+), (
+    # 3: a node's state changes (docs/watch.md): detected, drained, held, returned; at: UTC, as every time here
+    """CREATE TABLE transitions (
+        node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE, state TEXT NOT NULL,
+        node TEXT NOT NULL,
+        at TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL,
+        PRIMARY KEY (node_run_id, state)) WITHOUT ROWID""",
+    "CREATE INDEX transitions_by_node ON transitions (node, at)",
 ),)
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -318,6 +326,9 @@ class Store:
                 db.executemany("INSERT OR REPLACE INTO figures VALUES (?, ?, ?, ?)", [
                     (node_run, self.intern("names", ("check_name", "figure", "unit"), (check, name, unit)), gpu, value)
                     for check, name, unit, gpu, value in part.figures])
+                db.executemany("INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?, ?, ?)", [
+                    (node_run, state, part.node, at, path, redact(reason))
+                    for at, state, path, reason in part.transitions])
                 db.executemany("INSERT OR IGNORE INTO versions VALUES (?, ?)", [
                     (node_run, self.intern("version_ids", ("what", "version"), item))
                     for item in sorted(part.versions.items())])

@@ -178,16 +178,17 @@ class Watcher:
         verdicts = ", ".join(f"{r.check} {r.status.value}" for r in report.results)
         self.say(f"{'; '.join(why for whys in moved.values() for why in whys)[:300]} -> {verdicts} "
                  f"({time.monotonic() - began:.2f} s)")
-        if note := kept_reports.keep(report, render(report, "json"), active=False):
-            self.once("keep", note)
         if self.settings.slurm and drain_rule.verdict_of(report.exit_code) == "fail":
             try:
                 action = drain_rule.tell("watch", report.exit_code, drain_rule.findings(report.results),
                                          self.settings.slurm_node, held_by=self.site.breaker)
                 self.say(f"slurm: {action.describe()}")
                 self.metrics.acted(action.verb)
+                report.facts["slurm"] = action.record("watch")
             except slurm.SlurmError as exc:
                 self.say(f"slurm: {exc}")
+        if note := kept_reports.keep(report, render(report, "json"), active=False):  # Slurm told first
+            self.once("keep", note)
         return report
 
     def save(self) -> None:
