@@ -27,19 +27,21 @@
 #                            report where installed; the archive comes back when it fits the device tool's limits
 #   6 planted-fault  (60 s)  the judge on real NVML samples: a profile whose burn temperature limit is 20 C must
 #                            fail gpu.burn naming the GPU; cheap, and a false pass is the worst bug a checker has
-#   7 busy-gpu       (90 s)  another program on the GPU (bench/gpu_neighbour.py: 60 % of the memory, a GEMM loop):
+#   7 watch-cost     (75 s)  gpucheck watch idle on the real NVML (bench/watch_cost.py --real-nvml): its CPU and RSS
+#                            against an idle sleep, what the fake's figures in docs/watch.md cannot say of a driver
+#   8 busy-gpu       (90 s)  another program on the GPU (bench/gpu_neighbour.py: 60 % of the memory, a GEMM loop):
 #                            the burn-in must say "busy: pid N" as `error` for it, never fail or pass, and with
 #                            --allow-busy the memtest must not pass having tested only what was left free
-#   8 cluster-burn  (150 s)  `gpucheck cluster`'s burn stage on this machine as a one-node cluster (bench/
+#   9 cluster-burn  (150 s)  `gpucheck cluster`'s burn stage on this machine as a one-node cluster (bench/
 #                            burn_stage_local.py: the stage's node command through a local shell, no sshd): its
 #                            verdict and each GPU's burn median and hottest sample over a 60 s burn
-#   9 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
+#  10 gpu-tests     (180 s)  the tests marked `gpu`: the real kernels, cuBLAS gemmEx, memory faults planted on
 #                            the GPU found at their offsets, the p2p and all-reduce programs
-#  10 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
+#  11 bench         (180 s)  gpucheck's GEMM/copy figures against torch (ratios, goal >= 0.95) and the default
 #                            burn-in's wall time; figures already measured once, so this guards against a
 #                            regression rather than proving function (the wall time is left out under 150 s)
-#  11 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
-#  12 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
+#  12 resnet50      (150 s)  the training workload (cluster stage `training`) at 1 GPU under torchrun: images/s
+#  13 cupy-probe    (120 s)  bench/cupy_probe.py, the exploration the burn-in was written from; gpuwork, its
 #                            tests and the bench cover it now, so it runs last, when time is left
 #
 # Outputs under $OUT, these names only (8 at most whatever happens; scratch files go to a private temporary
@@ -82,6 +84,7 @@ STEPS=(
   "spread          120   60  step_spread         py:yaml,py:psutil,py:rich,py:cupy"
   "rma              90   30  step_rma            py:yaml,py:psutil,py:rich"
   "planted-fault    60   40  step_planted_fault  py:yaml,py:psutil,py:rich,py:cupy"
+  "watch-cost       75   45  step_watch_cost     py:yaml,py:psutil,py:pynvml,file:bench/watch_cost.py"
   "busy-gpu         90   60  step_busy_gpu       py:yaml,py:psutil,py:rich,py:cupy,file:bench/gpu_neighbour.py"
   "cluster-burn    150   90  step_cluster_burn   py:yaml,py:psutil,py:rich,py:cupy,file:bench/burn_stage_local.py"
   "gpu-tests       180  120  step_gpu_tests      py:pytest,py:cupy"
@@ -256,6 +259,11 @@ sys.exit(0 if found else 1)
 EOF
 }
 
+step_watch_cost() {  # an idle watcher polling the real NVML every 5 s, beside an idle sleep
+    python3 bench/watch_cost.py --real-nvml --seconds $((STEP_T - 25)) | tee "$WORK/watch-cost.txt" || return
+    tail -n 3 "$WORK/watch-cost.txt" >"$KEYS"
+}
+
 step_busy_gpu() {  # succeeds only when the burn-in names the other program as `error` busy, never fail or pass
     python3 bench/gpu_neighbour.py --memory-fraction 0.6 --seconds $((STEP_T - 5)) >"$WORK/neighbour.txt" 2>&1 &
     local neighbour=$! rc=0 n
@@ -378,7 +386,7 @@ sys.exit(1 if errors else 0)
 EOF
 }
 
-export -f node_digest step_nvidia_smi step_node_passive step_node_full step_spread step_rma step_planted_fault step_busy_gpu \
+export -f node_digest step_nvidia_smi step_node_passive step_node_full step_spread step_rma step_planted_fault step_watch_cost step_busy_gpu \
     step_cluster_burn step_gpu_tests \
     step_bench step_resnet step_cupy_probe
 

@@ -22,11 +22,11 @@ import pytest
 from support import ROOT
 
 SCRIPT = ROOT / "bench" / "gpu_session.sh"
-ORDER = ["nvidia-smi", "node-passive", "node-full", "spread", "rma", "planted-fault", "busy-gpu", "cluster-burn",
-         "gpu-tests", "bench", "resnet50", "cupy-probe"]
+ORDER = ["nvidia-smi", "node-passive", "node-full", "spread", "rma", "planted-fault", "watch-cost", "busy-gpu",
+         "cluster-burn", "gpu-tests", "bench", "resnet50", "cupy-probe"]
 OUTPUTS = {"summary.txt", "steps.log", "nvidia-smi-q-x.xml", "node-passive.json", "node-full.json",
            "node-fault.json", "rma.tar.gz", "bench.txt"}
-MODULES = ["yaml", "psutil", "rich", "pytest", "cupy", "numpy", "torch"]
+MODULES = ["yaml", "psutil", "rich", "pytest", "cupy", "numpy", "torch", "pynvml"]
 # What nvidia-smi may be asked: queries only, never a setting (-pl, -lgc, -pm, -mig, -r, ...).
 QUERY_ARGS = re.compile(r"^(-q|-x|-L|--query-gpu=[\w.,]+|--format=[\w,]+)$")
 
@@ -43,7 +43,8 @@ elif name == "python3" and args[:2] == ["-m", "pytest"]:
     step = "gpu-tests"
 elif name == "python3":
     step = {"gpu_burnin.py": "bench", "cupy_probe.py": "cupy-probe", "gpu_neighbour.py": "busy-gpu",
-            "burn_stage_local.py": "cluster-burn"}.get(os.path.basename(args[0]), "python3?")
+            "burn_stage_local.py": "cluster-burn", "watch_cost.py": "watch-cost"}.get(os.path.basename(args[0]),
+                                                                                      "python3?")
 else:
     step = {"torchrun": "resnet50"}.get(name, name)
 with open(os.environ["STUB_LOG"], "a") as log:
@@ -128,6 +129,9 @@ elif step == "resnet50":
     print('GPUCHECK_RESULT {"ok": true, "images_per_s": 5350.6, "precision": "amp", "batch_size": 256}')
 elif step == "cupy-probe":
     print('CUPYPROBE {"cupy": "14.2.0", "gemmEx_bf16_TFLOPS": 780.1}')
+elif step == "watch-cost":
+    print("idle over 50 s, NVML polled every 5 s (this machine's NVML), a log file followed")
+    print("  gpucheck watch     CPU   0.09 s =  0.180% of one core   RSS   31.0 MiB")
 if step in os.environ.get("STUB_FAIL", "").split(","):  # after its output, as gpucheck exits 2 with a report
     print(f"{step}: failing as the test asks", file=sys.stderr)
     code = 2

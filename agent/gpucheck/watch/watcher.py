@@ -203,7 +203,7 @@ class Watcher:
             self.said.discard("save")
         except OSError as exc:
             self.once("save", f"cannot remember where it stood in {state_dir() / STATE_FILE} "
-                              f"({exc.strerror or exc}): a restart now starts from the log's end")
+                              f"({exc.strerror or exc}): a restart resumes from the last place it could save")
 
 
 def _boot_id() -> str | None:
