@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_store import node_report
+from test_store import UUID, node_report
 
 from gpucheck.history.records import from_document
 from support import run_gpucheck
@@ -16,9 +16,10 @@ from support import run_gpucheck
 def watch_report(host: str, started: str, drained_at: str, action: str = "drain") -> dict:
     """What gpucheck watch keeps for an Xid it judged and drained on (its facts as watcher.py writes them)."""
     doc = node_report(host, started, status_of={"gpu.xid": "fail"})
-    doc["facts"]["watch"] = {"moved": {"gpu.xid": ["Xid 79 on 0000:18:00"]}, "source": "kernel_log"}
+    next(r for r in doc["results"] if r["check"] == "gpu.xid")["reason"] = "fatal: Xid 79 on 0000:19:00"  # its GPU0
+    doc["facts"]["watch"] = {"moved": {"gpu.xid": ["Xid 79 on 0000:19:00"]}, "source": "kernel_log"}
     doc["facts"]["slurm"] = {"path": "watch", "action": action, "holder": "nobody", "at": drained_at,
-                             "reason": "gpucheck: watch: gpu.xid fatal: Xid 79 on 0000:18:00"}
+                             "reason": "gpucheck: watch: gpu.xid fatal: Xid 79 on 0000:19:00"}
     return doc
 
 
@@ -27,15 +28,15 @@ def returned_report(host: str, started: str, at: str) -> dict:
     doc = node_report(host, started)
     doc["facts"]["scheduled"] = {"kind": "daily", "job": "41"}
     doc["facts"]["slurm"] = {"path": "scheduled", "action": "resume", "holder": "watch", "at": at,
-                             "reason": "gpucheck: watch: gpu.xid fatal: Xid 79 on 0000:18:00"}
+                             "reason": "gpucheck: watch: gpu.xid fatal: Xid 79 on 0000:19:00"}
     return doc
 
 
 def test_a_report_tells_its_transitions():
     run = from_document(watch_report("gpu07", "2026-11-20T03:00:00+00:00", "2026-11-20T03:00:01+00:00"))
-    assert run.nodes[0].transitions == [
-        ("2026-11-20T03:00:00Z", "detected", "watch", "gpu.xid: Xid 79 on 0000:18:00"),
-        ("2026-11-20T03:00:01Z", "drained", "watch", "gpucheck: watch: gpu.xid fatal: Xid 79 on 0000:18:00")]
+    assert run.nodes[0].transitions == [  # the GPU its failure names, by the kernel's spelling of its bus
+        ("2026-11-20T03:00:00Z", "detected", "watch", "gpu.xid: Xid 79 on 0000:19:00", UUID),
+        ("2026-11-20T03:00:01Z", "drained", "watch", "gpucheck: watch: gpu.xid fatal: Xid 79 on 0000:19:00", UUID)]
     held = from_document(watch_report("gpu07", "2026-11-20T03:00:00Z", "2026-11-20T03:00:01Z", action="held"))
     assert [t[1] for t in held.nodes[0].transitions] == ["detected", "held"]
     assert from_document(node_report("gpu07")).nodes[0].transitions == []  # a run that told Slurm nothing
@@ -63,3 +64,7 @@ def test_mttr_pairs_each_drain_with_its_detection_and_its_return(tmp_path: Path)
     text = run_gpucheck(["history", "mttr", "--store", str(store), "--since", "2026-11-01"]).stdout
     assert "drains by gpucheck since 2026-11-01T00:00:00Z: 3 drains of 2 nodes" in text
     assert "gpu07" in text and "1.5 h" in text and "3.0 s" in text and "since 2026-11-23T03:00:01Z" in text
+    by_gpu = run_gpucheck(["history", "mttr", "--store", str(store), "--since", "2026-11-01", "--by", "gpu",
+                           "--format", "json"])
+    rows = {r["gpu"]: r for r in json.loads(by_gpu.stdout)}
+    assert rows[UUID]["drains"] == 3 and rows[UUID]["node"] == "gpu08"  # one GPU, moved from gpu07: all its drains

@@ -47,6 +47,7 @@ examples:
   gpucheck history baseline node07 --set                       after a repair: its latest run is the new baseline
   gpucheck history offenders --failures 2 --days 14            the nodes and GPUs that failed twice in two weeks
   gpucheck history mttr --since 30d                            per node: detection to drain, drain to return
+  gpucheck history mttr --by gpu                               the same per GPU (by UUID)
   gpucheck history export --format csv --since 30d -o figures.csv
 """
 
@@ -115,6 +116,8 @@ def add_parser(sub: Any) -> tuple[Any, Parser]:
     mttr.add_argument("--since", type=since, default=since("30d"), metavar="WHEN",
                       help="since: 30d (the default), 12h or an ISO date")
     mttr.add_argument("--node", help="only this node")
+    mttr.add_argument("--by", choices=("node", "gpu"), default="node",
+                      help="per node, or per GPU (by UUID, wherever it was: the drains its failures named it in)")
     mttr.add_argument("--format", choices=("text", "json"), default="text", help="(default: %(default)s)")
     export = verbs.add_parser("export", parents=[common], help="every figure as rows: CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv", help="(default: %(default)s)")
@@ -141,11 +144,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def do_mttr(store: Store, args: argparse.Namespace) -> int:
-    rows = mttr.summary(mttr.episodes(store, args.since, args.node))
+    rows = mttr.summary(mttr.episodes(store, args.since, args.node), args.by)
     if args.format == "json":
         print(json.dumps(rows, indent=1))
     else:
-        sys.stdout.write(shown(mttr.render(rows, f"since {args.since}" + (f" on {args.node}" if args.node else ""))))
+        period = f"since {args.since}" + (f" on {args.node}" if args.node else "")
+        sys.stdout.write(shown(mttr.render(rows, period, args.by)))
     return EXIT_OK
 
 

@@ -25,6 +25,7 @@ class Episode:
     path: str
     detected: str | None = None
     returned: str | None = None
+    gpus: tuple[str, ...] = ()  # the UUIDs of the GPUs its failures named
 
     def to_drain_s(self) -> float | None:
         return None if self.detected is None else seconds(self.detected, self.drained)
@@ -47,7 +48,7 @@ def episodes(store: Store, since: str | None = None, node: str | None = None) ->
     if node:
         where.append("node = ?")
         params.append(node)
-    rows = store.query(f"SELECT node, at, state, path, reason FROM transitions WHERE {' AND '.join(where)} "
+    rows = store.query(f"SELECT node, at, state, path, reason, gpus FROM transitions WHERE {' AND '.join(where)} "
                        "ORDER BY node, at, CASE state WHEN 'detected' THEN 0 WHEN 'drained' THEN 1 ELSE 2 END",
                        tuple(params))
     found: list[Episode] = []
@@ -58,7 +59,8 @@ def episodes(store: Store, since: str | None = None, node: str | None = None) ->
         if state == "detected":
             detected[name] = at
         elif state == "drained" and name not in open_by_node:
-            episode = Episode(name, at, row["reason"], row["path"], detected.pop(name, None))
+            episode = Episode(name, at, row["reason"], row["path"], detected.pop(name, None),
+                              gpus=tuple(g for g in row["gpus"].split(",") if g))
             open_by_node[name] = episode
             found.append(episode)
         elif state == "returned" and name in open_by_node:
@@ -80,14 +82,17 @@ def span(value: float | None) -> str:
     return f"{value:.1f} s"
 
 
-def summary(found: list[Episode], now: dt.datetime | None = None) -> list[dict[str, Any]]:
-    """Per node: its drains, the median detection-to-drain and drain-to-return, and the episode still open."""
+def summary(found: list[Episode], by: str = "node", now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Per node (or per GPU, by UUID: the drains its failures named it in): its drains, the median
+    detection-to-drain and drain-to-return, and the episode still open."""
     now = now or dt.datetime.now(dt.timezone.utc)
+    keys = {e.node for e in found} if by == "node" else {g for e in found for g in e.gpus}
     rows = []
-    for name in sorted({e.node for e in found}):
-        mine = [e for e in found if e.node == name]
+    for name in sorted(keys):
+        mine = [e for e in found if (e.node == name if by == "node" else name in e.gpus)]
         still = next((e for e in mine if e.returned is None), None)
-        rows.append({"node": name, "drains": len(mine), "returned": sum(e.returned is not None for e in mine),
+        rows.append({by: name, **({"node": mine[-1].node} if by == "gpu" else {}),
+                     "drains": len(mine), "returned": sum(e.returned is not None for e in mine),
                      "detect_to_drain_s": median([e.to_drain_s() for e in mine]),
                      "drain_to_return_s": median([e.to_return_s() for e in mine]),
                      "out_since": still.drained if still else None,
@@ -96,15 +101,18 @@ def summary(found: list[Episode], now: dt.datetime | None = None) -> list[dict[s
     return rows
 
 
-def render(rows: list[dict[str, Any]], period: str) -> str:
+def render(rows: list[dict[str, Any]], period: str, by: str = "node") -> str:
     if not rows:
-        return f"no node was drained by gpucheck {period}\n"
-    lines = [f"drains by gpucheck {period}: {plural(sum(r['drains'] for r in rows), 'drain')} of "
-             f"{plural(len(rows), 'node')} (medians per node; detected: by gpucheck watch)",
-             f"  {'node':<16} {'drains':>6} {'returned':>8} {'detected->drained':>18} {'drained->returned':>18}  "
-             "still out"]
+        return f"no {'node' if by == 'node' else 'GPU'} was drained by gpucheck {period}\n"
+    width = max(16, *(len(r[by]) for r in rows))
+    what = plural(len(rows), "node") if by == "node" else plural(len(rows), "GPU")
+    lines = [f"drains by gpucheck {period}: {plural(sum(r['drains'] for r in rows), 'drain')} of {what} "
+             f"(medians per {by if by == 'node' else 'GPU'}; detected: by gpucheck watch)",
+             f"  {by if by == 'node' else 'GPU':<{width}} {'drains':>6} {'returned':>8} {'detected->drained':>18} "
+             f"{'drained->returned':>18}  still out"]
     for r in rows:
         out = f"for {span(r['out_for_s'])} (since {r['out_since']})" if r["out_since"] else "-"
-        lines.append(f"  {r['node']:<16} {r['drains']:>6} {r['returned']:>8} {span(r['detect_to_drain_s']):>18} "
+        name = r[by] if by == "node" else f"{r[by]} ({r['node']})"
+        lines.append(f"  {name:<{width}} {r['drains']:>6} {r['returned']:>8} {span(r['detect_to_drain_s']):>18} "
                      f"{span(r['drain_to_return_s']):>18}  {out}")
     return "\n".join(lines) + "\n"

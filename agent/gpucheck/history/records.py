@@ -14,6 +14,7 @@ from typing import Any
 
 from ..model import verdict_of_exit
 from .diff import node_reports, versions
+from .gpu_names import names_gpu
 
 CLUSTER = ""  # the node name a cluster run's own checks are kept under: no inventory host has an empty name
 NODE_GPU = -1  # the GPU index of a figure that is the node's, not one GPU's
@@ -41,7 +42,8 @@ class NodeRun:
     figures: list[tuple[str, str, str, int, float]] = field(default_factory=list)  # (check, figure, unit, gpu, value)
     versions: dict[str, str] = field(default_factory=dict)
     report: dict[str, Any] | None = None  # what the node said, kept whole when it did not pass (evidence)
-    transitions: list[tuple[str, str, str, str]] = field(default_factory=list)  # (at, state, path, reason)
+    # (at, state, path, reason, the UUIDs of the GPUs its failures name, comma-separated)
+    transitions: list[tuple[str, str, str, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -167,20 +169,26 @@ def node_run(node: str, report: dict[str, Any], status: str | None = None, reaso
 STATE_OF_ACTION = {"drain": "drained", "held": "held", "resume": "returned"}
 
 
-def transitions_of(report: dict[str, Any], facts: dict[str, Any], status: str) -> list[tuple[str, str, str, str]]:
+def transitions_of(report: dict[str, Any], facts: dict[str, Any], status: str) -> list[tuple[str, str, str, str, str]]:
     """The node's state changes a report tells of: a fault the watcher judged (`detected`, at the run's start),
-    and what its run did in Slurm (`drained`, `held` by the breaker, `returned` to service), at the time it did."""
+    and what its run did in Slurm (`drained`, `held` by the breaker, `returned` to service), at the time it did;
+    each with the GPUs the run's failures name (by UUID), so that a GPU's time out of service can be told."""
+    failures = [f"{r.get('check')} {r.get('reason') or ''}" for r in report.get("results") or []
+                if isinstance(r, dict) and r.get("status") == "fail"]
+    gpus = ",".join(sorted({uuid for index, uuid, bus, _ in gpus_of(facts)
+                            if uuid and any(names_gpu(text, index, uuid, bus) for text in failures)}))
     found = []
     watch = facts.get("watch")
     if isinstance(watch, dict) and status == "fail":
         moved = watch.get("moved") if isinstance(watch.get("moved"), dict) else {}
         found.append((utc(report.get("started")), "detected", "watch",
                       "; ".join(f"{check}: {', '.join(map(str, why))}" for check, why in moved.items()
-                                if isinstance(why, list))[:500]))
+                                if isinstance(why, list))[:500], gpus))
     slurm = facts.get("slurm")
     if isinstance(slurm, dict) and slurm.get("action") in STATE_OF_ACTION:
-        found.append((utc(slurm.get("at")), STATE_OF_ACTION[slurm["action"]], str(text_of(slurm.get("path"))),
-                      str(text_of(slurm.get("reason")) or "")[:500]))
+        state = STATE_OF_ACTION[slurm["action"]]
+        found.append((utc(slurm.get("at")), state, str(text_of(slurm.get("path"))),
+                      str(text_of(slurm.get("reason")) or "")[:500], "" if state == "returned" else gpus))
     return found
 
 

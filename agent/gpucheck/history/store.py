@@ -100,7 +100,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
     """CREATE TABLE transitions (
         node_run_id INTEGER NOT NULL REFERENCES node_runs (id) ON DELETE CASCADE, state TEXT NOT NULL,
         node TEXT NOT NULL,
-        at TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL,
+        at TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, gpus TEXT NOT NULL,
         PRIMARY KEY (node_run_id, state)) WITHOUT ROWID""",
     "CREATE INDEX transitions_by_node ON transitions (node, at)",
 ),)
@@ -326,9 +326,9 @@ class Store:
                 db.executemany("INSERT OR REPLACE INTO figures VALUES (?, ?, ?, ?)", [
                     (node_run, self.intern("names", ("check_name", "figure", "unit"), (check, name, unit)), gpu, value)
                     for check, name, unit, gpu, value in part.figures])
-                db.executemany("INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?, ?, ?)", [
-                    (node_run, state, part.node, at, path, redact(reason))
-                    for at, state, path, reason in part.transitions])
+                db.executemany("INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?, ?, ?, ?)", [
+                    (node_run, state, part.node, at, path, redact(reason), gpus)
+                    for at, state, path, reason, gpus in part.transitions])
                 db.executemany("INSERT OR IGNORE INTO versions VALUES (?, ?)", [
                     (node_run, self.intern("version_ids", ("what", "version"), item))
                     for item in sorted(part.versions.items())])
