@@ -1,9 +1,10 @@
 """gpucheck watch on the lab's nodes, for real: turned on by site.yml's agent stage (gpucheck_agent_watch, its
 systemd unit under each node's own systemd, the breaker's fleet share set to a half), it drains node01 in admin01's
 slurmctld as an Xid line is logged (the lab's kernel log file: lab/kernel_log.py) and as the node's simulated GPU
-steps its ECC counter (`lab fault ... scenario`, which a running NVML sees); with three of the four nodes failing at
-once, the breaker holds the third drain; turned off again by the same stage, it leaves no watcher behind. The
-latency is bench/watch_latency.py's own measurement (a few plants here; its 20 are the issue's figure)."""
+steps its ECC counter (`lab fault ... scenario`, which a running NVML sees); a thermal slowdown and Fabric Manager
+stopping drain theirs; with three of the four nodes failing at once, the breaker holds the third drain; turned off
+again by the same stage, it leaves no watcher behind. The latency is bench/watch_latency.py's own measurement (a few
+plants here; its 20 are the issue's figure)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ NODES = ("node01", "node02", "node03", FAULTY)
 
 
 def agent_stage(watch: bool) -> None:
+    """The agent stage on every GPU node: the watcher on or off. While it is on, the nodes are judged as the DGX H100s
+    they simulate (checks/lab.yaml leaves Fabric Manager out, which the watcher's test needs in)."""
+    profile = ["-e", "gpucheck_agent_profile=dgx-h100"] if watch else []
     done = ansible_playbook("site.yml", "--tags", "agent", "--limit", "gpu_nodes", "-e",
                             f"gpucheck_agent_watch={watch}", "-e", "gpucheck_agent_breaker_fleet_fraction=0.5",
-                            timeout=900)
+                            *profile, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 
 
@@ -66,6 +70,19 @@ def test_an_ecc_counter_stepping_under_a_running_nvml_drains_it(watching, slurm)
     reason = wait_for(lambda: (r := watching.sinfo_reason(NODE, slurm)).startswith("gpucheck: watch:") and r, 60,
                       "the watcher's drain in sinfo -R")
     assert reason.startswith("gpucheck: watch: gpu.ecc_errors GPU3"), reason
+
+
+def test_a_thermal_slowdown_and_fabric_manager_stopping_drain_their_nodes(watching, slurm):
+    lab("fault", "node02", "scenario", "throttling", timeout=120)  # GPU7 held down by HW thermal slowdown
+    lab("ssh", "node03", "--", "systemctl", "stop", "nvidia-fabricmanager", timeout=120)
+    try:
+        for node, check in (("node02", "gpu.clocks GPU7"), ("node03", "gpu.fabric_manager")):
+            reason = wait_for(lambda n=node: (r := watching.sinfo_reason(n, slurm)).startswith("gpucheck: watch:")
+                              and r, 60, f"{node}'s drain in sinfo -R")
+            assert reason.startswith(f"gpucheck: watch: {check}"), reason
+    finally:
+        lab("fault", "node02", "scenario", "dgx-h100", timeout=120)
+        lab("ssh", "node03", "--", "systemctl", "start", "nvidia-fabricmanager", timeout=120)
 
 
 def test_with_three_of_four_nodes_failing_at_once_the_breaker_holds_the_third_drain(watching, slurm):

@@ -60,8 +60,8 @@ def hold(cluster, node: str, holder: str) -> None:
 def report(verdict: str) -> SimpleNamespace:
     status = {"fail": Status.FAIL, "pass": Status.PASS, "error": Status.ERROR}[verdict]
     code = {"fail": EXIT_FAIL, "pass": EXIT_OK, "error": EXIT_UNKNOWN}[verdict]
-    return SimpleNamespace(exit_code=code, results=[SimpleNamespace(check="gpu.ecc_errors", status=status,
-                                                                    reason="GPU3: 2 uncorrected")])
+    return SimpleNamespace(exit_code=code, facts={}, results=[SimpleNamespace(check="gpu.ecc_errors", status=status,
+                                                                              reason="GPU3: 2 uncorrected")])
 
 
 def shown_holder(node: str, capsys) -> str:
@@ -74,7 +74,9 @@ def shown_holder(node: str, capsys) -> str:
 def run_path(path: str, node: str, verdict: str, monkeypatch) -> None:
     """The path's own code, as it runs in production, told `verdict` about `node`."""
     if path in ("health-check", "scheduled"):
-        code = cli.tell_slurm(node, report(verdict), "weekly" if path == "scheduled" else None)
+        told = report(verdict)
+        code = cli.tell_slurm(node, told, "weekly" if path == "scheduled" else None)
+        assert told.facts["slurm"]["path"] == path  # the kept report says what was done (history's transitions)
     elif path == "prolog":
         with monkeypatch.context() as env:
             env.setenv("SLURMD_NODENAME", node)
