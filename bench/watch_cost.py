@@ -25,10 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree  # noqa: E402
+from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for  # noqa: E402
 
 TICK_HZ = os.sysconf("SC_CLK_TCK")
-BUS = [f"00000000:{bus}:00.0" for bus in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")]
 CPU_LIMIT, RSS_LIMIT_MIB = 0.01, 100
 
 
@@ -61,7 +60,8 @@ def main() -> None:
         if args.real_nvml:
             (work / "node.yaml").write_text("profile: auto\n")
         else:
-            env.update(env_for(scenario, build_library()), GPUCHECK_SYSFS_ROOT=str(write_pci_tree(work / "sys", BUS)))
+            env.update(env_for(scenario, build_library()),
+                       GPUCHECK_SYSFS_ROOT=str(write_pci_tree_for(scenario, work / "sys")))
         watcher = subprocess.Popen([sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(work / "kern.log"),
                                     "--interval", str(args.interval)], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)

@@ -11,10 +11,8 @@ from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.model import Result, Status, exit_code
 from gpucheck.report.cluster.markdown import render_markdown
 from gpucheck.report.cluster.summary import render_summary
-from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree
+from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for
 from support import by_check, report_of, run_gpucheck
-
-BUS = [f"00000000:{bus}:00.0" for bus in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")]
 
 
 @pytest.fixture
@@ -22,7 +20,7 @@ def node(tmp_path):
     """A DGX H100 whose GPU3 has 2 uncorrected ECC errors, and a site profile that observes gpu.ecc_errors."""
     (tmp_path / "observing.yaml").write_text("name: observing\ninherits: dgx-h100\nobserve: [gpu.ecc*]\n")
     env = env_for(scenario_path("ecc-uncorrected"), build_library())
-    env["GPUCHECK_SYSFS_ROOT"] = str(write_pci_tree(tmp_path / "sys", BUS))
+    env["GPUCHECK_SYSFS_ROOT"] = str(write_pci_tree_for(scenario_path("ecc-uncorrected"), tmp_path / "sys"))
     return tmp_path, env
 
 

@@ -19,10 +19,9 @@ import psutil
 import pytest
 
 import slurmkit
-from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree
+from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for
 from support import ROOT, wait_for
 
-BUS = [f"00000000:{bus}:00.0" for bus in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")]  # dgx-h100.scn's
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
 XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x404490=0x80000002"
 
@@ -51,15 +50,16 @@ class Watch:
         (tmp / "node.yaml").write_text(f"profile: dgx-h100\nprometheus_textfile: {tmp / 'prom' / 'gpucheck.prom'}\n"
                                        + site)
         self.env = {**env_for(self.scenario, build_library()), **slurm.env,
-                    "GPUCHECK_SYSFS_ROOT": str(write_pci_tree(tmp / "sys", BUS)),
+                    "GPUCHECK_SYSFS_ROOT": str(write_pci_tree_for(self.scenario, tmp / "sys")),
                     "GPUCHECK_STATE_DIR": str(tmp / "state"), "GPUCHECK_CONFIG": str(tmp / "node.yaml"),
                     "PYTHONPATH": str(ROOT / "agent")}
         self.proc: subprocess.Popen | None = None
         self.seq = 0
 
-    def start(self, beside: Path | None = None) -> None:
+    def start(self, beside: Path | None = None, saving: bool = True) -> None:
         """`beside`: a program started with the watcher in a PID namespace of their own, where it sees no other
-        process (a lab host's Fabric Manager, on a build machine running the lab)."""
+        process (a lab host's Fabric Manager, on a build machine running the lab). `saving`: wait until it saved
+        where it stands (not on a full disk)."""
         self.out.write_text("")
         argv = [sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(self.log), "--interval", "1",
                 "--nvml-timeout", "2", "--slurm"]
@@ -69,7 +69,8 @@ class Watch:
         self.proc = subprocess.Popen(argv, env=self.env, stdout=self.out.open("w"), stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         self.wait("watching")
-        self.wait_saved()
+        if saving:
+            self.wait_saved()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -215,9 +216,7 @@ def full_disk(tmp_path):
 
 def test_a_full_disk_is_said_and_the_node_is_still_drained(watch, slurm, full_disk):
     watch.env["GPUCHECK_STATE_DIR"] = str(full_disk)
-    watch.proc = subprocess.Popen([sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(watch.log),
-                                   "--interval", "1", "--slurm"], env=watch.env, stdout=watch.out.open("w"),
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    watch.start(saving=False)
     said = watch.wait("cannot remember where it stood")
     assert "No space left on device" in said
     watch.plant(XID79)

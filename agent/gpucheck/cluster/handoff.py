@@ -31,9 +31,7 @@ def drain(ctx: ClusterContext) -> list[tuple[str, str]]:
         if outcome.status != Status.FAIL:
             continue
         if outcome.report:
-            failed = [f"{r.get('check')} {r.get('reason', '')}".strip() for r in outcome.report.get("results", [])
-                      if r.get("status") == Status.FAIL.value]
-            reasons.setdefault(name, []).extend(failed or [outcome.reason])
+            reasons.setdefault(name, []).extend(findings(outcome.report) or [outcome.reason])
         else:
             reasons.setdefault(name, []).append(outcome.reason)
     for result in ctx.results:
@@ -51,11 +49,16 @@ def would_drain(ctx: ClusterContext) -> list[tuple[str, str]]:
     found = []
     for host in ctx.inventory.hosts:
         outcome = ctx.nodes.get(host.name)
-        failed = [f"{r.get('check')} {r.get('reason', '')}".strip() for r in (outcome.report or {}).get("results", [])
-                  if r.get("observed") is True and r.get("status") == Status.FAIL.value] if outcome else []
-        if failed:
+        if failed := findings(outcome.report or {}, observed_only=True) if outcome else []:
             found.append((host.name, drain_reason(failed)))
     return found
+
+
+def findings(report: dict[str, Any], observed_only: bool = False) -> list[str]:
+    """A node report's failed checks as a drain reason names them ("<check> <reason>"); `observed_only`: only those
+    the profile observes."""
+    return [f"{r.get('check')} {r.get('reason', '')}".strip() for r in report.get("results", [])
+            if r.get("status") == Status.FAIL.value and (r.get("observed") is True or not observed_only)]
 
 
 def overall_exit(ctx: ClusterContext, interrupted: bool = False) -> int:

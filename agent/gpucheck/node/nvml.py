@@ -11,6 +11,7 @@ A GPU that answers GPU_IS_LOST, whose handle cannot be had, or that answers no c
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..process import CallTimeout, call_with_timeout
@@ -30,6 +31,17 @@ HANGS_MAX = 4  # then NVML is not asked anything more
 def decode(value: Any) -> Any:
     """nvidia-ml-py 13 returns str; older releases returned bytes."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+@functools.cache
+def _error_names(nv: Any) -> dict[Any, str]:
+    return {getattr(nv, n): n for n in dir(nv) if n.startswith("NVML_ERROR_")}
+
+
+def error_name(nv: Any, exc: Exception) -> str:
+    """NVML's name for the error an NVMLError carries (NVML_ERROR_GPU_IS_LOST), from the library module `nv`."""
+    code = getattr(exc, "value", None)
+    return _error_names(nv).get(code, f"NVML error {code}")
 
 
 def clock_event_names(mask: int | None) -> list[str] | None:
@@ -64,11 +76,9 @@ class _Collector:
         self.hung: list[str] = []  # labels of the calls that hung
         self.gpu_hangs: dict[int, list[str]] = {}  # per GPU: the functions that hung on it
         self.answered: dict[int, int] = {}  # per GPU: calls answered with a value or NOT_SUPPORTED
-        self.codes = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVML_ERROR_")}
 
     def error_record(self, call: str, exc: Exception) -> dict[str, str]:
-        code = getattr(exc, "value", None)
-        return {"call": call, "error": self.codes.get(code, f"NVML error {code}"), "text": str(exc)}
+        return {"call": call, "error": error_name(self.nv, exc), "text": str(exc)}
 
     def _call(self, call: str, fn: Any, *args: Any, index: int | None = None, limit: float | None = None) -> Any:
         """One NVML call under its time limit; NVMLError as the library raises it, _Unread when not answered."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..node.links import find_fabric_manager
+from ..node.nvml import error_name
 
 # Which check each field concerns: per GPU, then the node's (gpu_count, fabric_manager).
 CHECK_OF = {"ecc_uncorrected": "gpu.ecc_errors", "remapped_rows": "gpu.row_remap",
@@ -107,7 +108,7 @@ def read_all(nv: Any) -> dict[str, Any]:
         try:
             handle = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as exc:
-            gpus[str(index)] = {"gpu": _error(nv, exc)}
+            gpus[str(index)] = {"gpu": error_name(nv, exc)}
             continue
         gpus[str(index)] = {
             "ecc_uncorrected": _field(nv, nv.nvmlDeviceGetTotalEccErrors, handle, 1, 0),  # uncorrected, volatile
@@ -122,18 +123,13 @@ def read_all(nv: Any) -> dict[str, Any]:
     return {"gpu_count": count, "fabric_manager": find_fabric_manager()["running"], "gpus": gpus}
 
 
-def _error(nv: Any, exc: Exception) -> str:
-    return {getattr(nv, n): n for n in dir(nv) if n.startswith("NVML_ERROR_")}.get(getattr(exc, "value", None),
-                                                                                 type(exc).__name__)
-
-
 def _field(nv: Any, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except nv.NVMLError_NotSupported:
         return None
     except nv.NVMLError as exc:
-        return _error(nv, exc)
+        return error_name(nv, exc)
 
 
 def _masked(value: Any) -> Any:
@@ -150,7 +146,7 @@ def _links_up(nv: Any, handle: Any) -> Any:
         except nv.NVMLError_InvalidArgument:
             return up
         except nv.NVMLError as exc:
-            return _error(nv, exc)
+            return error_name(nv, exc)
     return up
 
 
