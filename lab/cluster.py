@@ -126,7 +126,7 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) 
         for h in st.hosts:
             rootfs.prepare_host_dirs(h.name)
             if h.role == "node":
-                gpus.install(h.scenario, config.host_run_dir(h.name) / "fakenvml", h.name)
+                gpus.install(h.scenario, config.host_run_dir(h.name) / "fakenvml", h.name, gpus.reset_layer(h.name))
             spec = host.spec(h, st.hosts, st.lowers, idents[h.name], known_text, st.proxy_url,
                              library if h.role == "node" else None)
             proc = host.start(h, spec)
@@ -264,7 +264,7 @@ def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None)
             if not arg:
                 raise LabError("fault HOST scenario needs a scenario name, e.g. "
                                "`fault node02 scenario ecc-uncorrected`")
-            gpus.install(arg, fake_dir, h.name)
+            gpus.install(arg, fake_dir, h.name, gpus.reset_layer(h.name))
             h.scenario = arg
             h.faults = [f for f in h.faults if not f.startswith(("hang", "scenario"))] + [f"scenario {arg}"]
             msg = f"{h.name}: simulated GPUs now from scenario {arg}"

@@ -9,6 +9,10 @@ Beside the scenario, /etc/fakenvml/sys is the PCI bus of the scenario's machine 
 lab.fakenvml.pci): the agent compares NVML with it (GPUCHECK_SYSFS_ROOT, set by the host's sshd), so
 a GPU the scenario hides from NVML is still on the bus, and the build machine's own PCI devices
 never are.
+
+A GPU reset (`nvidia-smi -r -i ID`, the stand-in nvidia-smi of lab/nvidia_repo) writes what it cleared into the
+host's reset layer, /var/lib/fakenvml/reset.scn, bound writable from reset_dir(host): the host's scenario includes
+it last, so the cleared counters win over the scenario's, and installing a scenario for the host empties it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,13 @@ UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "gpucheck-lab:gpu")  # its hosts
 DRIVER_LINES = ("# added by the lab: the installed driver package's versions, and the loaded module's\n"
                 f"include_if_present = {config.DRIVER_SCENARIO}\n"
                 f"include_if_present = {config.KERNEL_DIR}/{config.MODULE_SCENARIO_FILE}\n")
+# Inside a GPU host: what the stand-in `nvidia-smi -r` cleared since the scenario was installed (it writes the file).
+RESET_DIR = "/var/lib/fakenvml"
+RESET_FILE = "reset.scn"
+RESET_LAYER = f"{RESET_DIR}/{RESET_FILE}"
+# The very last line of a host's scenario: a reset outweighs every line before it (the last assignment wins).
+RESET_LINES = ("# added by the lab: what GPU resets (nvidia-smi -r) cleared since this scenario was installed\n"
+               f"include_if_present = {RESET_LAYER}\n")
 
 
 def _fakenvml():  # imported late: the rest of the lab works without it
@@ -124,12 +135,19 @@ def own_uuids(host: str, count: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def install(name: str, dest_dir: Path, host: str | None = None) -> None:
+def install(name: str, dest_dir: Path, host: str | None = None, resets: Path | None = None) -> None:
     """Make dest_dir hold scenario `name` as `scenario`, with the files it includes beside it; for `host` (a
-    lab host's name), with that host's own GPU UUIDs."""
+    lab host's name), with that host's own GPU UUIDs. `resets`: the host's reset layer (reset_layer), emptied: a
+    new fault is a new GPU state, which no reset has cleared."""
     source = scenario_file(name)
     dest_dir.mkdir(parents=True, exist_ok=True)
     bus = Path(config.FAKE_SYSFS_DIR).name  # replaced in one rename below: never missing for a reader
+    # the scenario first: a running process keeps its scenario while the file is gone, and would reject it (on
+    # stderr) were it there without an include (the library follows every file a scenario reads); and the resets
+    # go while it is gone, so no reader meets the old GPUs without their resets, nor the new ones with them
+    (dest_dir / "scenario").unlink(missing_ok=True)
+    if resets:
+        resets.unlink(missing_ok=True)
     for old in dest_dir.iterdir():
         if old.name == bus:
             continue
@@ -142,9 +160,26 @@ def install(name: str, dest_dir: Path, host: str | None = None) -> None:
     if host:
         text = tmp.read_text()
         tmp.write_text(text + ("" if text.endswith("\n") or not text else "\n") + own_uuids(host, slot_count(tmp))
-                       + DRIVER_LINES)
+                       + DRIVER_LINES + RESET_LINES)
     tmp.replace(dest_dir / "scenario")
     write_device_nodes(dest_dir, len(gpu_functions(write_pci_bus(dest_dir))))
+
+
+def reset_dir(host: str) -> Path:
+    """Where lab host `host`'s RESET_DIR lives outside it (bound writable: the host's nvidia-smi writes there)."""
+    return config.host_run_dir(host) / "fakenvml-reset"
+
+
+def reset_layer(host: str) -> Path:
+    """The host's reset layer as the lab sees it (absent until a reset cleared something)."""
+    return reset_dir(host) / RESET_FILE
+
+
+def prepare_reset_dir(host: str) -> Path:
+    """The host's reset directory, before the host boots (a bind needs its source)."""
+    directory = reset_dir(host)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def gpu_functions(sys_root: Path) -> list[Path]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lab import compute, config, kernel_log, net, procs
+from lab import compute, config, gpus, kernel_log, net, procs
 from lab.errors import LabError
 from lab.state import HostState
 
@@ -135,7 +135,9 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
                   {"source": str(run_dir / "kernel"), "target": config.KERNEL_DIR},
                   {"source": str(compute.SOURCE), "target": compute.HOST_DIR},
                   # the kernel log its watcher follows, which the lab plants lines into (lab/kernel_log.py)
-                  {"source": str(kernel_log.source_dir(host.name)), "target": kernel_log.HOST_DIR, "writable": True}]
+                  {"source": str(kernel_log.source_dir(host.name)), "target": kernel_log.HOST_DIR, "writable": True},
+                  # where its nvidia-smi -r writes what a GPU reset cleared, which its scenario includes last
+                  {"source": str(gpus.reset_dir(host.name)), "target": gpus.RESET_DIR, "writable": True}]
         links.append({"path": config.NVML_PATH, "target": config.LAB_NVML_PATH})
         files.append((compute.AGENT_SHIM, compute.agent_shim(), 0o755))
         kernel = {"dir": str(run_dir / "kernel"), "file": config.MODULE_VERSION_FILE,
@@ -165,6 +167,7 @@ def start(host: HostState, host_spec: dict) -> subprocess.Popen[bytes]:
     (run_dir / "root").mkdir(parents=True, exist_ok=True)
     (run_dir / "kernel").mkdir(exist_ok=True)
     kernel_log.prepare(host.name)
+    gpus.prepare_reset_dir(host.name)
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps(host_spec, indent=1))
     spec_path.chmod(0o600)  # holds private keys

@@ -33,7 +33,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
     "schedule": FOUNDATION | {"schedule", "cli_types", "cli"},  # cli: gpucheck node's parser reads --daily-args
     "slurm_cli": FOUNDATION | {"cli_types"},
-    "watch": FOUNDATION | {"watch", "cli_types", "node", "parsers", "report"},
+    "repair": FOUNDATION | {"repair", "history", "node", "report", "rma"},  # history: how a report names a GPU
+    "watch": FOUNDATION | {"watch", "cli_types", "node", "parsers", "repair", "report"},
     "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule", "slurm_cli",
              "watch"},
     "__main__": {"main"},

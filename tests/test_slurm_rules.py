@@ -33,6 +33,8 @@ HELD = {
     ("IDLE+DRAIN", "gpucheck: scheduled daily: gpu.xid Xid 48", "active"),
     ("DRAINED", "gpucheck: upgrade to r550 stopped: x", "upgrade"), ("IDLE+DRAIN", "", "admin-drain"),
     ("IDLE+DRAIN", "gpucheck: watch: gpu.ecc_errors GPU3: 2 uncorrected", "watch"),
+    ("IDLE+DRAIN", "gpucheck: repair: proving: reset-gpu GPU3 done", "active"),
+    ("IDLE+DRAIN", "gpucheck: needs-hands: reset-gpu GPU3 did not mend it", "active"),
     ("DOWN+DRAIN", "admin: PSU swap", "admin-drain"), ("DOWN", "admin: PSU swap", "down"), ("DOWN*", "", "down"),
     ("MIXED+FAIL", "failing DIMM", "fail"), ("IDLE+MAINT", "", "maint"), ("IDLE+MAINTENANCE+RESERVED", "", "maint"),
     ("IDLE+MAINT+DRAIN", "gpucheck: gpu.xid x", "maint"), ("DOWN+REBOOT_ISSUED", "reboot issued", "reboot"),

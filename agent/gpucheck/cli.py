@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config, netbench, profiles, stopped_run
-from .cli_types import EXIT_CODES_HELP, Bounded, Parser, fail, port, seconds
+from .cli_types import EXIT_CODES_HELP, Bounded, Parser, fail, gpu_index, port, seconds
 from .files import read_file, write_atomically, write_output
 from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 from .node.kernel_log import XID_LOOKBACK_S
@@ -102,6 +102,10 @@ def add_parsers(sub: Any) -> None:
                       help="how long gpu.burn loads every GPU with GEMMs, NVML sampled twice a second; shorter than "
                            f"--bench-timeout (default: {DEFAULT_BURN_S:g})")
     node.add_argument("--allow-busy", action="store_true", help=ALLOW_BUSY_HELP)
+    node.add_argument("--gpus", type=gpu_index, nargs="+", metavar="N",
+                      help="the burn-in's workers (gpu.gemm, gpu.memory_bandwidth, gpu.host_bandwidth, gpu.memtest, "
+                           "gpu.burn, gpu.sdc) on these GPUs only, by NVML index: a repaired GPU proven without "
+                           "loading the others (default: every GPU)")
     node.add_argument("--deadline", type=seconds, metavar="SECONDS",
                       help="limit for the whole run: what is not collected by then is `error` (\"not run: the "
                            "run's deadline passed\"), the report is made of the rest and written, exit 3 (2 if "
@@ -210,7 +214,7 @@ def node_report(args: argparse.Namespace) -> int:
         report = run_node(Options(profile=args.profile, only=args.only, skip=args.skip, full=args.full,
                                   timeout=args.timeout, bench_timeout=args.bench_timeout, deadline=deadline,
                                   xid_lookback_s=args.xid_lookback, xid_since_boot=args.xid_since == "boot",
-                                  burn_seconds=args.burn_seconds, allow_busy=args.allow_busy),
+                                  burn_seconds=args.burn_seconds, allow_busy=args.allow_busy, gpus=args.gpus),
                           site)
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))

@@ -170,6 +170,15 @@ seconds = Bounded(float, "a number of seconds", MIN_SECONDS, MAX_SECONDS, low_in
 whole_number = Bounded(int, "a whole number", 1, MAX_COUNT, low_included=True, limits=f"1 to {MAX_COUNT}")
 port = Bounded(int, "a port number", 1, MAX_PORT, low_included=True, limits=f"1 to {MAX_PORT}")
 fraction = Bounded(float, "a number", 0, 1, limits="more than 0, at most 1")
+MAX_GPUS = 64  # NVML's indexes on one node: far more than any machine has
+
+
+def gpu_index(text: str) -> int:
+    """An NVML index, 0 to MAX_GPUS - 1 (--gpus)."""
+    if not text.isdigit() or int(text) >= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a GPU index (0 to {MAX_GPUS - 1}, as nvidia-smi "
+                                         "numbers them)")
+    return int(text)
 
 
 def size(text: str) -> str:

@@ -15,6 +15,11 @@ guarded YAML reader it shares with the profiles.
       group_fraction: 0.5          # of one rack's or leaf switch's nodes
       groups:                      # this node's rack and leaf switch (the inventory's), each with its nodes
         rack: {name: B, nodes: [gpu-b1, gpu-b2, gpu-b3, gpu-b4]}
+    repair:                        # what gpucheck watch may do to repair a drained node (repair/, docs/watch.md)
+      allow_reboot: false          # a profile's `reboot` repair is done only when true
+      return_window_s: 86400       # a fault back this soon after its repair returned the node: needs hands
+      jobs_wait_s: 3600            # how long a repair waits for the node's jobs to end
+      burn_s: 120                  # the proof's burn (gpu.burn) on the repaired GPUs
 
 A pin is an exact version or a glob ("535.*"); an empty or absent one pins nothing. node/stack/pins.py enforces them.
 """
@@ -73,6 +78,15 @@ class BreakerSettings:
 GROUP_KINDS = ("rack", "leaf_switch")
 
 
+@dataclass(frozen=True)
+class RepairSettings:
+    """What the node's owner allows gpucheck's repairs (repair/); which repair a fault gets is the profile's."""
+    allow_reboot: bool = False
+    return_window_s: float = 86400.0
+    jobs_wait_s: float = 3600.0
+    burn_s: float = 120.0
+
+
 @dataclass
 class NodeConfig:
     path: Path | None = None
@@ -83,6 +97,7 @@ class NodeConfig:
     prometheus_textfile: str | None = None  # each `gpucheck node` run also writes its metrics here
     cluster_name: str | None = None  # the cluster the node is of: its reports' cluster_name (one history per cluster)
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    repair: RepairSettings = field(default_factory=RepairSettings)
 
 
 def parse_yaml(text: str, label: str) -> Any:
@@ -139,7 +154,7 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{target} must be a YAML mapping")
     unknown = set(map(str, data)) - {"profile", "profiles_dir", "stacks", "pins", "prometheus_textfile",
-                                     "cluster_name", "breaker"}
+                                     "cluster_name", "breaker", "repair"}
     if unknown:
         raise ConfigError(f"{target}: unknown key(s) {', '.join(sorted(unknown))}")
     for key in ("profile", "profiles_dir", "prometheus_textfile", "cluster_name"):
@@ -148,7 +163,7 @@ def load(path: str | os.PathLike | None = None) -> NodeConfig:
     return NodeConfig(target, data.get("profile") or "auto", data.get("profiles_dir"),
                       read_stacks(target, data.get("stacks")), read_pins(target, "pins", data.get("pins"), SYSTEM_PINS),
                       read_textfile(target, data.get("prometheus_textfile")), data.get("cluster_name") or None,
-                      read_breaker(target, data.get("breaker")))
+                      read_breaker(target, data.get("breaker")), read_repair(target, data.get("repair")))
 
 
 def read_breaker(target: Path, entries: object) -> BreakerSettings:
@@ -176,6 +191,28 @@ def read_breaker(target: Path, entries: object) -> BreakerSettings:
                           "Slurm names of its nodes]}")
     return BreakerSettings(**numbers, groups={kind: (str(group["name"]), tuple(map(str, group["nodes"])))
                                               for kind, group in groups.items()})
+
+
+def read_repair(target: Path, entries: object) -> RepairSettings:
+    """node.yaml's `repair:`; what it leaves out keeps its default."""
+    if entries is None:
+        return RepairSettings()
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{target}: 'repair' must be a mapping (allow_reboot, return_window_s, jobs_wait_s, "
+                          f"burn_s), not {shape(entries)}")
+    unknown = set(map(str, entries)) - {"allow_reboot", "return_window_s", "jobs_wait_s", "burn_s"}
+    if unknown:
+        raise ConfigError(f"{target}: 'repair' has unknown key(s) {', '.join(sorted(unknown))}")
+    allow = entries.get("allow_reboot", False)
+    if not isinstance(allow, bool):
+        raise ConfigError(f"{target}: 'repair.allow_reboot' is {shown(allow)}: true or false")
+    numbers = {}
+    for key, low, high in (("return_window_s", 0, 30 * 86400), ("jobs_wait_s", 0, 7 * 86400), ("burn_s", 0, 86400)):
+        value = entries.get(key, getattr(RepairSettings, key))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+            raise ConfigError(f"{target}: 'repair.{key}' is {shown(value)}: a number more than {low}, at most {high}")
+        numbers[key] = float(value)
+    return RepairSettings(allow_reboot=allow, **numbers)
 
 
 def read_textfile(target: Path, value: str | None) -> str | None:

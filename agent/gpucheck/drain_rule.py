@@ -1,12 +1,13 @@
-"""Who holds a Slurm node, and what each of gpucheck's six paths may do with it: one table, one function.
+"""Who holds a Slurm node, and what each of gpucheck's seven paths may do with it: one table, one function.
 
 A node is held by whoever took it out of service, known from its state and reason (`holder_of`): an admin (a drain
 with their own reason, DOWN, FAIL, MAINT, a pending reboot), one of gpucheck's passive checks (`gpucheck: <check>
 ...`), one of its active checks (`gpucheck: scheduled KIND: ...`, `gpucheck: cluster: ...`), the watcher (`gpucheck:
 watch: ...`), the rolling upgrade (`gpucheck: upgrade ...`), or nobody. Each path (the health check, a prolog, a
-scheduled check, `gpucheck cluster --drain`, `gpucheck watch`, the rolling upgrade) asks `decide`, which reads RULES:
-what a fail, a pass and a could-not-judge may do to a node so held. docs/slurm.md prints the same table
-(`render_table`; a test holds them equal).
+scheduled check, `gpucheck cluster --drain`, `gpucheck watch`, its repair, the rolling upgrade) asks `decide`, which
+reads RULES: what a fail, a pass and a could-not-judge may do to a node so held. A repair holds the node as an active
+check does (`gpucheck: repair: ...`, `gpucheck: needs-hands: ...`): only a proof returns it. docs/slurm.md prints
+the same table (`render_table`; a test holds them equal).
 
 The rule's reasons: nobody undoes a state they did not make, except that an active check's pass clears a passive
 drain (it ran every passive check too) and the upgrade's clears what it found before it (its last check is a full
@@ -32,6 +33,8 @@ UPGRADE_HEAD = "gpucheck: upgrade"  # + " to STACK (driver V)" / " to STACK stop
 SCHEDULED_HEAD = "gpucheck: scheduled"  # + " KIND:" (gpucheck schedule)
 CLUSTER_HEAD = "gpucheck: cluster:"  # gpucheck cluster --drain
 WATCH_HEAD = "gpucheck: watch:"  # gpucheck watch --slurm
+REPAIR_HEAD = "gpucheck: repair:"  # gpucheck watch repairing a node, then proving it (repair/)
+NEEDS_HANDS_HEAD = "gpucheck: needs-hands:"  # a repair that did not work, or a fault back soon after one
 REASON_MAX = 240  # Slurm keeps longer reasons, but sinfo -R and squeue show the first few dozen characters
 VERDICTS = ("fail", "pass", "error")
 
@@ -40,7 +43,8 @@ VERDICTS = ("fail", "pass", "error")
 HOLDERS = {
     "nobody": "in service (IDLE, MIXED, ALLOCATED ...)",
     "passive": "drained by a passive check: `gpucheck: <check> ...` (health check, prolog)",
-    "active": "drained by an active check: `gpucheck: scheduled KIND: ...`, `gpucheck: cluster: ...`",
+    "active": "drained by an active check: `gpucheck: scheduled KIND: ...`, `gpucheck: cluster: ...`; or by a repair "
+              "under way or one that needs hands: `gpucheck: repair: ...`, `gpucheck: needs-hands: ...`",
     "watch": "drained by the watcher, as a fault appeared: `gpucheck: watch: <check> ...`",
     "upgrade": "drained by the rolling upgrade: `gpucheck: upgrade ...`",
     "admin-drain": "drained by someone else (any other reason, none included)",
@@ -49,13 +53,15 @@ HOLDERS = {
     "maint": "MAINT (a maintenance reservation is active)",
     "reboot": "a reboot pending or under way (`scontrol reboot`: REBOOT_REQUESTED, REBOOT_ISSUED)",
 }
-# The six paths, each with the rules of its kind.
+# The seven paths, each with the rules of its kind.
 PATHS = {
     "health-check": ("passive", "Slurm's HealthCheckProgram: `gpucheck node --slurm`"),
     "prolog": ("passive", "a prolog or epilog: `gpucheck node --slurm` ($SLURMD_NODENAME)"),
     "scheduled": ("active", "a scheduled active check: `gpucheck node --scheduled KIND` (gpucheck schedule)"),
     "cluster": ("active", "`gpucheck cluster --drain` from the admin node"),
     "watch": ("watch", "the watcher, as a fault appears: `gpucheck watch --slurm` (never resumes)"),
+    "repair": ("active", "the watcher's repair: takes the drain, then resumes on its proof (the repaired GPUs' "
+                         "active checks) or hands the node to a person"),
     "upgrade": ("upgrade", "the rolling upgrade: `gpucheck slurm apply --as upgrade` (playbooks/upgrade.yml)"),
 }
 _KEEP = ("keep", "keep", "keep")
@@ -84,7 +90,7 @@ def holder_of(node: NodeState) -> str:
     if node.drained:
         if node.reason.startswith(UPGRADE_HEAD + " "):
             return "upgrade"
-        if node.reason.startswith((SCHEDULED_HEAD + " ", CLUSTER_HEAD)):
+        if node.reason.startswith((SCHEDULED_HEAD + " ", CLUSTER_HEAD, REPAIR_HEAD, NEEDS_HANDS_HEAD)):
             return "active"
         if node.reason.startswith(WATCH_HEAD):
             return "watch"
@@ -99,7 +105,7 @@ def holder_of(node: NodeState) -> str:
 def head_of(path: str, scheduled: str | None = None) -> str:
     """The start of the drain reason `path` writes."""
     return {"scheduled": f"{SCHEDULED_HEAD} {scheduled}:", "cluster": CLUSTER_HEAD, "watch": WATCH_HEAD,
-            "upgrade": UPGRADE_HEAD}.get(path, REASON_PREFIX)
+            "repair": REPAIR_HEAD, "upgrade": UPGRADE_HEAD}.get(path, REASON_PREFIX)
 
 
 def drain_reason(findings: list[str], head: str = REASON_PREFIX) -> str:
@@ -146,14 +152,16 @@ class Action:
                 "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def decide(current: NodeState, path: str, verdict: str, findings: list[str], scheduled: str | None = None) -> Action:
+def decide(current: NodeState, path: str, verdict: str, findings: list[str], scheduled: str | None = None,
+           head: str | None = None) -> Action:
     """What `path` (a key of PATHS) may do with a node it judged: `verdict` is fail, pass or error (could not
-    judge); `findings` make the drain reason; `scheduled` is the kind of a scheduled check."""
+    judge); `findings` make the drain reason; `scheduled` is the kind of a scheduled check; `head` the reason's
+    start where the path writes more than one kind (the repair's NEEDS_HANDS_HEAD)."""
     holder = holder_of(current)
     verb = RULES[holder][PATHS[path][0]][VERDICTS.index(verdict)]
     name = current.name
     if verb == "drain":
-        reason = drain_reason(findings, head_of(path, scheduled))
+        reason = drain_reason(findings, head or head_of(path, scheduled))
         if current.drained and current.reason == reason:
             return Action("keep", name, f"already drained for the same reason ({reason})", holder)
         return Action("drain", name, reason, holder)
@@ -193,13 +201,13 @@ def apply(action: Action) -> None:
 
 
 def tell(path: str, exit_code: int, findings: list[str], node: str | None = None, scheduled: str | None = None,
-         held_by: BreakerSettings | None = None) -> Action:
+         held_by: BreakerSettings | None = None, head: str | None = None) -> Action:
     """What `path` did with this node (or `node`) in Slurm for a run that exited `exit_code` with `findings` (the
     failed checks' "<id> <reason>"): decided by the table, applied. An automatic path's drain is first put to the
     breaker (`held_by`, node.yaml's), and asked again once made: a drain past its limits is held, or taken back.
     Raises SlurmError."""
     current = show_node(this_node(node))
-    action = decide(current, path, verdict_of(exit_code), findings, scheduled)
+    action = decide(current, path, verdict_of(exit_code), findings, scheduled, head)
     if action.verb != "drain" or held_by is None or path not in breaker.AUTOMATIC_PATHS:
         apply(action)
         return action

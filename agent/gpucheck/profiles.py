@@ -110,7 +110,11 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
 # `observe: [ids or globs]`: checks recorded and reported but never counted in the verdict (never drain a node), so a
 # site turns a new check on safely; node/pipeline.py marks them (a pattern that matches no check is refused there).
 OBSERVE = "observe"
-TOP_LEVEL = {"name", "description", "inherits", OBSERVE, *SCHEMA}
+# `repair: {check id or glob: action}`: what gpucheck watch does to a node drained for that check (repair/; none by
+# default). The actions, from the least to the most disruptive: a node whose failures ask for several gets the last.
+REPAIR = "repair"
+REPAIR_ACTIONS = ("restart-dcgm", "restart-fabric-manager", "reset-gpu", "reboot")
+TOP_LEVEL = {"name", "description", "inherits", OBSERVE, REPAIR, *SCHEMA}
 # A derived profile's own keys (node/derived_profile.py), never a site file's: `gpu` thresholds per GPU label,
 # where each threshold came from, and each GPU's SKU id.
 PER_GPU, SOURCES, SKUS = "per_gpu", "sources", "skus"
@@ -218,6 +222,10 @@ def validate(data: dict[str, Any], origin: str) -> None:
         if key == OBSERVE and not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
             raise ProfileError(f"{origin}: '{OBSERVE}' must be a list of check ids or globs (gpu.temperature, "
                                f"gpu.*), got {_shown(value)}")
+        if key == REPAIR and not (isinstance(value, dict) and all(
+                isinstance(k, str) and k and v in REPAIR_ACTIONS for k, v in value.items())):
+            raise ProfileError(f"{origin}: '{REPAIR}' must map check ids or globs to a repair "
+                               f"({', '.join(REPAIR_ACTIONS)}), got {_shown(value)}")
         if key in SCHEMA:
             if not isinstance(value, dict):
                 raise ProfileError(f"{origin}: '{key}' must be a mapping")

@@ -7,8 +7,8 @@
  * nvml.h declares.  See lab/scenarios/README.md for the scenario format.
  *
  *   FAKENVML_SCENARIO  scenario file read at init (default /etc/fakenvml/scenario),
- *                      and again by a running process whenever it changes (see
- *                      maybe_reload: checked at most every 50 ms)
+ *                      and again by a running process whenever it or a file it
+ *                      includes changes (see maybe_reload: checked at most every 50 ms)
  *   FAKENVML_TRACE     if set, one line per NVML call is appended to this file:
  *                      "<function>" or "<function> gpu=<index>"
  *   FAKENVML_UNDER_LOAD  set and non-empty in the calling process (read at every
@@ -18,8 +18,8 @@
  * Rules kept on purpose: every index is bounds-checked, every string copy is
  * bounded and terminated, handles are pointers into g_gpus (validated on every
  * call, never derived from a caller's index pointer), and the only global
- * state is the loaded scenario, the init reference count and the version of
- * the scenario file loaded.
+ * state is the loaded scenario, the init reference count and the versions of
+ * the scenario files loaded.
  */
 #define _GNU_SOURCE
 #include <nvml.h>
@@ -43,10 +43,11 @@
 #define FAKE_LINE_LEN 1024
 #define FAKE_MAX_RULES 64
 #define FAKE_MAX_INCLUDE_DEPTH 8
+#define FAKE_MAX_FILES 32 /* files one scenario reads (itself and its includes), each followed by maybe_reload */
 #define FAKE_MAX_LIST 64
 #define FAKE_MAGIC 0x464b4e56u /* "FKNV" */
 #define FAKE_DEFAULT_SCENARIO "/etc/fakenvml/scenario"
-#define FAKE_RELOAD_NS 50000000LL /* at most one stat of the scenario file per 50 ms */
+#define FAKE_RELOAD_NS 50000000LL /* at most one stat of the scenario's files per 50 ms */
 
 /* ------------------------------------------------------------------------ */
 /* Scenario model                                                            */
@@ -72,7 +73,7 @@ enum field {
     F_CLOCKS, F_SM_CLOCK, F_TEMP, F_TEMP_SHUTDOWN, F_TEMP_SLOWDOWN, F_TEMP_GPU_MAX, F_TEMP_MEM_MAX,
     F_POWER, F_POWER_LIMIT, F_PCIE_GEN_CUR, F_PCIE_GEN_MAX, F_PCIE_W_CUR, F_PCIE_W_MAX,
     F_NVLINK_COUNT, F_NVLINK_DOWN, F_NUMA, F_FAB_STATE, F_FAB_STATUS, F_FAB_CLIQUE,
-    F_FAB_UUID, F_FAB_HEALTH, F_PROCS_COMPUTE, F_PROCS_GRAPHICS,
+    F_FAB_UUID, F_FAB_HEALTH, F_PROCS_COMPUTE, F_PROCS_GRAPHICS, F_SURVIVES_RESET,
     F_LOAD_CLOCKS, F_LOAD_SM_CLOCK, F_LOAD_TEMP, F_LOAD_POWER,
     F_COUNT
 };
@@ -131,6 +132,8 @@ static const struct { const char *name; enum ftype type; } k_fields[F_COUNT] = {
     [F_FAB_HEALTH] = {"fabric_health_mask", T_U32},
     [F_PROCS_COMPUTE] = {"compute_processes", T_PROCS},
     [F_PROCS_GRAPHICS] = {"graphics_processes", T_PROCS},
+    /* Not an NVML answer: the lab's stand-in `nvidia-smi -r` leaves this GPU's fault in place (hardware). */
+    [F_SURVIVES_RESET] = {"survives_reset", T_BOOL},
     /* What the same calls answer while the caller is under load (FAKENVML_UNDER_LOAD): see load_field(). */
     [F_LOAD_CLOCKS] = {"under_load.clocks_event_reasons", T_REASONS},
     [F_LOAD_SM_CLOCK] = {"under_load.sm_clock_MHz", T_U32},
@@ -274,21 +277,33 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_refcount;   /* protected by g_lock */
 static int g_initialized; /* read with __atomic_load_n outside the lock */
 
-/* The scenario file behind g_scn, for maybe_reload. Lock order: g_lock, g_load_lock, g_scn_rw. */
+/* The files behind g_scn, for maybe_reload. Lock order: g_lock, g_load_lock, g_scn_rw. */
 typedef struct {
-    int set;
+    int set; /* 0: the file does not exist (an include_if_present file not there is a version too) */
     dev_t dev;
     ino_t ino;
     off_t size;
     struct timespec mtime;
 } file_version;
 
+typedef struct {
+    char path[PATH_MAX]; /* absolute: the process may change directory before the file changes */
+    file_version v;      /* taken before the file was read */
+} file_seen;
+
+/* Every file one parse read (or looked for), the scenario file first. */
+typedef struct {
+    int n;
+    file_seen f[FAKE_MAX_FILES];
+} file_set;
+
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     char path[PATH_MAX];
-    file_version loaded;   /* the version in g_scn; unset: nothing to reload */
-    file_version rejected; /* the last version refused, so that it is said once, not at every call */
-} g_src;                   /* protected by g_load_lock */
+    file_set loaded;   /* the files of g_scn; none: nothing to reload */
+    file_set rejected; /* the files of the last version refused, so that it is said once, not at every call */
+} g_src;               /* protected by g_load_lock */
+static file_set g_next_files; /* the files of g_next, filled by the parse (under g_load_lock) */
 static long long g_next_check_ns; /* CLOCK_MONOTONIC; read with __atomic_load_n outside the lock */
 
 __attribute__((constructor)) static void handles_init(void)
@@ -710,6 +725,7 @@ static int add_rule(fake_scenario *scn, const char *path, int line, const char *
 }
 
 static int parse_file(fake_scenario *scn, const char *path, int depth);
+static int track_file(const char *path, file_version *v);
 
 static int handle_line(fake_scenario *scn, const char *path, int line, char *key, char *value, int depth)
 {
@@ -727,8 +743,13 @@ static int handle_line(fake_scenario *scn, const char *path, int line, char *key
             PERR(path, line, "include path too long");
             return -1;
         }
-        if (key[7] == '_' && access(inc, F_OK) != 0)
-            return 0;
+        if (key[7] == '_') {
+            file_version v;
+            if (track_file(inc, &v) != 0) /* absent is a version too: its arrival is a change */
+                return -1;
+            if (!v.set)
+                return 0;
+        }
         return parse_file(scn, inc, depth + 1);
     }
     if (strcmp(key, "hang") == 0)
@@ -813,12 +834,15 @@ static int handle_line(fake_scenario *scn, const char *path, int line, char *key
 static int parse_file(fake_scenario *scn, const char *path, int depth)
 {
     FILE *f;
+    file_version version;
     char buf[FAKE_LINE_LEN];
     int line = 0, rc = 0;
     if (depth > FAKE_MAX_INCLUDE_DEPTH) {
         fprintf(stderr, "fakenvml: %s: includes nested deeper than %d\n", path, FAKE_MAX_INCLUDE_DEPTH);
         return -1;
     }
+    if (track_file(path, &version) != 0)
+        return -1;
     f = fopen(path, "re");
     if (!f) {
         fprintf(stderr, "fakenvml: cannot read scenario %s: %s\n", path, strerror(errno));
@@ -953,10 +977,71 @@ static void file_version_of(const char *path, file_version *v)
     v->mtime = st.st_mtim;
 }
 
+/* Absent and absent are the same version: an include_if_present file that stays away is no change. */
 static int same_version(const file_version *a, const file_version *b)
 {
-    return a->set && b->set && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+    if (!a->set || !b->set)
+        return a->set == b->set;
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+/* PATH made absolute into OUT (PATH_MAX bytes): 0, or -1 when it does not fit. */
+static int absolute_path(const char *path, char *out)
+{
+    char cwd[PATH_MAX];
+    int n;
+    if (path[0] == '/')
+        n = snprintf(out, PATH_MAX, "%s", path);
+    else if (getcwd(cwd, sizeof cwd))
+        n = snprintf(out, PATH_MAX, "%s/%s", cwd, path);
+    else
+        n = -1;
+    return n > 0 && n < PATH_MAX ? 0 : -1;
+}
+
+/* The parse is about to read (or look for) PATH: its version into *V, and into g_next_files (once per path),
+ * taken before the read so that a file rewritten during the parse differs from the one recorded and is read
+ * again. The caller holds g_load_lock. */
+static int track_file(const char *path, file_version *v)
+{
+    char abs[PATH_MAX];
+    int i;
+    file_version_of(path, v);
+    if (absolute_path(path, abs) != 0) {
+        fprintf(stderr, "fakenvml: %s: path too long to follow\n", path);
+        return -1;
+    }
+    for (i = 0; i < g_next_files.n; i++)
+        if (strcmp(g_next_files.f[i].path, abs) == 0)
+            return 0; /* read twice: the first version stands, a change since is seen at the next check */
+    if (g_next_files.n >= FAKE_MAX_FILES) {
+        fprintf(stderr, "fakenvml: %s: the scenario reads more than %d files\n", path, FAKE_MAX_FILES);
+        return -1;
+    }
+    memcpy(g_next_files.f[g_next_files.n].path, abs, sizeof abs);
+    g_next_files.f[g_next_files.n].v = *v;
+    g_next_files.n++;
+    return 0;
+}
+
+/* Whether any file of SET is not the version it was (appeared, went away, changed). */
+static int files_changed(const file_set *set)
+{
+    file_version now;
+    int i;
+    for (i = 0; i < set->n; i++) {
+        file_version_of(set->f[i].path, &now);
+        if (!same_version(&now, &set->f[i].v))
+            return 1;
+    }
+    return 0;
+}
+
+static void files_copy(file_set *to, const file_set *from)
+{
+    to->n = from->n;
+    memcpy(to->f, from->f, (size_t)from->n * sizeof from->f[0]);
 }
 
 static long long monotonic_ns(void)
@@ -966,10 +1051,12 @@ static long long monotonic_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Parse and check PATH into g_next (the caller holds g_load_lock): 0 when it loads. */
+/* Parse and check PATH into g_next, its files into g_next_files (the caller holds g_load_lock): 0 when it
+ * loads. */
 static int parse_next(const char *path)
 {
     memset(&g_next, 0, sizeof g_next);
+    g_next_files.n = 0;
     if (parse_file(&g_next, path, 0) != 0 || scenario_check(&g_next, path) != 0)
         return -1;
     return 0;
@@ -985,38 +1072,29 @@ static void scenario_swap(int at_init)
     pthread_rwlock_unlock(&g_scn_rw);
 }
 
-/* nvmlInit's load (the caller holds g_load_lock). The version is taken before the parse, so that a
- * file rewritten during it differs from the one recorded and is read again. */
+/* nvmlInit's load (the caller holds g_load_lock); each file's version is taken before it is read
+ * (track_file). */
 static int load_scenario(const char *path)
 {
-    char cwd[PATH_MAX];
-    file_version v;
-    int n;
-    file_version_of(path, &v);
-    g_src.loaded.set = 0;
-    g_src.rejected.set = 0;
+    g_src.loaded.n = 0;
+    g_src.rejected.n = 0;
     if (parse_next(path) != 0)
         return -1;
     scenario_swap(1);
     /* a relative path made absolute: the process may change directory before the file does */
-    if (path[0] == '/')
-        n = snprintf(g_src.path, sizeof g_src.path, "%s", path);
-    else if (getcwd(cwd, sizeof cwd))
-        n = snprintf(g_src.path, sizeof g_src.path, "%s/%s", cwd, path);
-    else
-        n = -1;
-    if (n > 0 && (size_t)n < sizeof g_src.path)
-        g_src.loaded = v;
+    if (absolute_path(path, g_src.path) == 0)
+        files_copy(&g_src.loaded, &g_next_files);
     __atomic_store_n(&g_next_check_ns, monotonic_ns() + FAKE_RELOAD_NS, __ATOMIC_RELAXED);
     return 0;
 }
 
-/* A process that stays initialised sees its scenario file change, as a watcher that called nvmlInit
- * once sees a real GPU's counters step. At the start of a call, at most once per FAKE_RELOAD_NS, a file
- * whose version (device, inode, size, mtime) is not the one loaded is read again and swapped in. A
- * version that does not load leaves the live scenario in place and is said once on stderr; a file gone
- * (a lab host's, between two installs) leaves it silently. Never waits for another thread's check or
- * for an init. */
+/* A process that stays initialised sees its scenario change, as a watcher that called nvmlInit once
+ * sees a real GPU's counters step. At the start of a call, at most once per FAKE_RELOAD_NS, a scenario
+ * one of whose files (the scenario file or any file it includes) is not the version loaded (device,
+ * inode, size, mtime; or absent) is read again and swapped in. A version that does not load leaves the
+ * live scenario in place and is said once on stderr (until one of the files it read changes again); a
+ * scenario file gone (a lab host's, between two installs) leaves it silently. Never waits for another
+ * thread's check or for an init. */
 static void maybe_reload(void)
 {
     long long now = monotonic_ns();
@@ -1026,16 +1104,16 @@ static void maybe_reload(void)
     if (pthread_mutex_trylock(&g_load_lock) != 0)
         return;
     /* again under the lock: another thread may have checked since */
-    if (g_src.loaded.set && now >= __atomic_load_n(&g_next_check_ns, __ATOMIC_RELAXED)) {
+    if (g_src.loaded.n > 0 && now >= __atomic_load_n(&g_next_check_ns, __ATOMIC_RELAXED)) {
         __atomic_store_n(&g_next_check_ns, now + FAKE_RELOAD_NS, __ATOMIC_RELAXED);
         file_version_of(g_src.path, &v);
-        if (v.set && !same_version(&v, &g_src.loaded) && !same_version(&v, &g_src.rejected)) {
+        if (v.set && files_changed(&g_src.loaded) && (g_src.rejected.n == 0 || files_changed(&g_src.rejected))) {
             if (parse_next(g_src.path) == 0) {
                 scenario_swap(0);
-                g_src.loaded = v;
+                files_copy(&g_src.loaded, &g_next_files);
             } else {
                 fprintf(stderr, "fakenvml: scenario %s rejected; keeping the one loaded\n", g_src.path);
-                g_src.rejected = v;
+                files_copy(&g_src.rejected, &g_next_files);
             }
         }
     }

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lab import config
+from lab.gpus import RESET_LAYER
 
 from .daemons import DAEMON_KINDS
 from .model import NvidiaRepoError, Package
@@ -149,11 +150,14 @@ def nvml(pkg: Package, cache: Path) -> list[Entry]:
 
 
 def nvidia_smi(pkg: Package, cache: Path) -> list[Entry]:
+    """nvidia-smi: its header and --version for this driver, and `-r -i ID` (a GPU reset: the host's scenario and
+    its reset layer, lab/gpus.py)."""
     v = pkg.params["v"]
     code = int(pkg.params["cuda_driver_version"])
     cuda = f"{code // 1000}.{(code % 1000) // 10}"
     header = f"| NVIDIA-SMI {v:<23}Driver Version: {v:<13}CUDA Version: {cuda:<9}|"
-    text = render("nvidia-smi.in", {"V": v, "NVML": ".".join(v.split(".")[:2]), "CUDA": cuda, "HEADER": header})
+    text = render("nvidia-smi.in", {"V": v, "NVML": ".".join(v.split(".")[:2]), "CUDA": cuda, "HEADER": header,
+                                    "SCENARIO": f"{config.FAKENVML_DIR}/scenario", "RESET_LAYER": RESET_LAYER})
     return [Entry("usr/lib/nvidia/current/nvidia-smi", text.encode(), mode=0o755)]
 
 

@@ -233,3 +233,13 @@ def test_prod_node_knows_its_rack_and_leaf_switch_for_the_breaker(tmp_path) -> N
     assert breaker.groups["leaf_switch"][0] == nodes["node01"]["leaf_switch"]
     assert set(rack_a) < set(breaker.groups["leaf_switch"][1])  # a leaf switch serves two racks here
     assert (breaker.fleet_fraction, breaker.group_fraction, breaker.window_s) == (0.25, 0.5, 600.0)
+
+
+def test_node_yaml_carries_what_the_owner_allows_repairs(tmp_path) -> None:
+    """The role's repair settings reach node.yaml, written out, as config.load reads them: no reboot unless
+    allowed."""
+    from gpucheck.config import RepairSettings
+
+    text = yaml.safe_load(render(REPO / "inventory" / "prod", "node01"))
+    assert text["repair"] == {"allow_reboot": False, "return_window_s": 86400, "jobs_wait_s": 3600, "burn_s": 120}
+    assert node_yaml(tmp_path, REPO / "inventory" / "prod", "node01").repair == RepairSettings()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ for entry in (str(ROOT), str(HERE)):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-from fakenvml_helpers import PROBE, ProbeResult, parse_lines  # noqa: E402
+from fakenvml_helpers import PROBE, ProbeResult, Watcher, parse_lines  # noqa: E402
 
 from lab.fakenvml import build_library, env_for, scenario_path  # noqa: E402
 
@@ -57,3 +58,17 @@ def run_python(libdir: Path):
                               timeout=timeout, check=False)
 
     return run
+
+
+@pytest.fixture
+def watch(libdir: Path, tmp_path: Path) -> Iterator:
+    """``watch(scenario) -> Watcher``: a process initialised on the scenario, killed after the test."""
+    started: list[Watcher] = []
+
+    def start(scenario: Path) -> Watcher:
+        started.append(Watcher(libdir, scenario, tmp_path))
+        return started[-1]
+
+    yield start
+    for w in started:
+        w.close()

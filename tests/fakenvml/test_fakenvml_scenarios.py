@@ -177,6 +177,9 @@ def _val(v: Any) -> tuple[str, Any]:
 
 FAULTS: dict[str, Any] = {
     "ecc-uncorrected": lambda h: {(3, "ecc_uncorrected_volatile"): _val(2), (3, "ecc_uncorrected_aggregate"): _val(2)},
+    # survives_reset is no NVML answer: only the lab's stand-in nvidia-smi -r reads it (test_fakenvml_reset.py)
+    "ecc-uncorrected-persistent": lambda h: {(3, "ecc_uncorrected_volatile"): _val(2),
+                                             (3, "ecc_uncorrected_aggregate"): _val(2)},
     "row-remap-pending": lambda h: {(5, "remapped_rows"): _val([0, 0, 1, 0])},
     "row-remap-failure": lambda h: {(2, "remapped_rows"): _val([0, 0, 0, 1])},
     "pcie-downtrained": lambda h: {(6, "pcie_gen_current"): _val(3), (6, "pcie_width_current"): _val(8)},

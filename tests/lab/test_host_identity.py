@@ -49,7 +49,9 @@ def test_every_gpu_on_the_bus_gets_a_uuid_and_the_bus_is_unchanged(tmp_path: Pat
     assert gpus.slot_count(tmp_path / "own" / "scenario") == 8  # pci_gpu_count: the GPU NVML misses too
     text = (tmp_path / "own" / "scenario").read_text()
     assert f"gpu.7.uuid = {gpus.gpu_uuid('node03', 7)}\n" in text
-    assert text.endswith(gpus.DRIVER_LINES)  # last: the installed driver package's versions, once there is one
+    # last: the installed driver package's versions, once there is one; then what GPU resets cleared (very last)
+    assert text.endswith(gpus.DRIVER_LINES + gpus.RESET_LINES)
+    assert text.splitlines()[-1] == "include_if_present = /var/lib/fakenvml/reset.scn"
     bus = sorted(p.name for p in (tmp_path / "plain" / "sys" / "bus" / "pci" / "devices").iterdir())
     assert sorted(p.name for p in (tmp_path / "own" / "sys" / "bus" / "pci" / "devices").iterdir()) == bus
     gpus.add_hang(tmp_path / "own")  # a fault later keeps the host's UUIDs

@@ -183,9 +183,12 @@ def test_an_admin_node_is_the_admin_group_without_simulated_gpus(tmp_path: Path)
     assert admin_spec["links"] == [] and admin_spec["kernel"] is None
     assert [b["target"] for b in node_spec["binds"]] == ["/etc/fakenvml", "/usr/lib/gpucheck-lab/libnvidia-ml.so.1",
                                                          "/etc/gpucheck-lab/kernel", "/usr/lib/gpucheck-lab/python",
-                                                         "/var/log/gpucheck-lab"]
-    # only the kernel log the lab plants lines into is writable from inside the host
-    assert [b["target"] for b in node_spec["binds"] if b.get("writable")] == ["/var/log/gpucheck-lab"]
+                                                         "/var/log/gpucheck-lab", "/var/lib/fakenvml"]
+    # only the kernel log the lab plants lines into, and the reset layer the host's nvidia-smi -r writes, are
+    # writable from inside the host
+    writable = {b["target"]: b["source"] for b in node_spec["binds"] if b.get("writable")}
+    assert list(writable) == ["/var/log/gpucheck-lab", "/var/lib/fakenvml"]
+    assert writable["/var/lib/fakenvml"] == str(gpus.reset_dir("node01")) == str(gpus.reset_layer("node01").parent)
     assert "/usr/local/sbin/gpucheck" in {f["path"] for f in node_spec["files"]}  # the agent with the fake CuPy
     assert "/usr/local/sbin/gpucheck" not in {f["path"] for f in admin_spec["files"]}
     # the NVML path is a link the driver package's alternative may take over, never a file mounted over it

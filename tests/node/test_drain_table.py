@@ -1,7 +1,7 @@
 """Every cell of docs/slurm.md's table (drain_rule.RULES), path by path, against a real slurmctld (tests/slurmkit.py):
-the node is put in each holder's state with scontrol, each of the six paths is given a failure, a pass and a
+the node is put in each holder's state with scontrol, each of the seven paths is given a failure, a pass and a
 could-not-judge through its own code (the health check's and a prolog's `--slurm`, a scheduled check's, `gpucheck
-cluster --drain`'s, the watcher's drain_rule.tell, the upgrade's `gpucheck slurm apply`), and Slurm's state after
+cluster --drain`'s, the watcher's and its repair's drain_rule.tell, the upgrade's `gpucheck slurm apply`), and Slurm's state after
 says what was done."""
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def run_path(path: str, node: str, verdict: str, monkeypatch) -> None:
     elif path == "cluster":
         _, error = apply_verdicts({node: (node, verdict, [FINDING] if verdict == "fail" else [])})
         code = EXIT_UNKNOWN if error else EXIT_OK
-    elif path == "watch":  # what gpucheck watch calls with the report of the checks it ran
+    elif path in ("watch", "repair"):  # what gpucheck watch and its repair call with the report of what they ran
         run = report(verdict)
-        drain_rule.tell("watch", run.exit_code, drain_rule.findings(run.results), node)
+        drain_rule.tell(path, run.exit_code, drain_rule.findings(run.results), node)
         code = EXIT_OK
     else:
         said = {"fail": ["--fail", UPGRADE], "pass": ["--pass"], "error": ["--error"]}[verdict]

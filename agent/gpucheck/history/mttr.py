@@ -26,6 +26,8 @@ class Episode:
     detected: str | None = None
     returned: str | None = None
     gpus: tuple[str, ...] = ()  # the UUIDs of the GPUs its failures named
+    repaired: bool = False  # returned by gpucheck's own repair, on its proof
+    needs_hands: str | None = None  # when a repair handed it to a person (it is still out)
 
     def to_drain_s(self) -> float | None:
         return None if self.detected is None else seconds(self.detected, self.drained)
@@ -64,7 +66,10 @@ def episodes(store: Store, since: str | None = None, node: str | None = None) ->
             open_by_node[name] = episode
             found.append(episode)
         elif state == "returned" and name in open_by_node:
-            open_by_node.pop(name).returned = at
+            episode = open_by_node.pop(name)
+            episode.returned, episode.repaired = at, row["path"] == "repair"
+        elif state == "needs-hands" and name in open_by_node:
+            open_by_node[name].needs_hands = at
     return found
 
 
@@ -93,6 +98,8 @@ def summary(found: list[Episode], by: str = "node", now: dt.datetime | None = No
         still = next((e for e in mine if e.returned is None), None)
         rows.append({by: name, **({"node": mine[-1].node} if by == "gpu" else {}),
                      "drains": len(mine), "returned": sum(e.returned is not None for e in mine),
+                     "repaired": sum(e.repaired for e in mine),
+                     "needs_hands": still.needs_hands if still else None,
                      "detect_to_drain_s": median([e.to_drain_s() for e in mine]),
                      "drain_to_return_s": median([e.to_return_s() for e in mine]),
                      "out_since": still.drained if still else None,
@@ -108,11 +115,14 @@ def render(rows: list[dict[str, Any]], period: str, by: str = "node") -> str:
     what = plural(len(rows), "node") if by == "node" else plural(len(rows), "GPU")
     lines = [f"drains by gpucheck {period}: {plural(sum(r['drains'] for r in rows), 'drain')} of {what} "
              f"(medians per {by if by == 'node' else 'GPU'}; detected: by gpucheck watch)",
-             f"  {by if by == 'node' else 'GPU':<{width}} {'drains':>6} {'returned':>8} {'detected->drained':>18} "
-             f"{'drained->returned':>18}  still out"]
+             f"  {by if by == 'node' else 'GPU':<{width}} {'drains':>6} {'returned':>8} {'repaired':>8} "
+             f"{'detected->drained':>18} {'drained->returned':>18}  still out"]
     for r in rows:
         out = f"for {span(r['out_for_s'])} (since {r['out_since']})" if r["out_since"] else "-"
+        if r["needs_hands"]:
+            out += f", needs hands since {r['needs_hands']}"
         name = r[by] if by == "node" else f"{r[by]} ({r['node']})"
-        lines.append(f"  {name:<{width}} {r['drains']:>6} {r['returned']:>8} {span(r['detect_to_drain_s']):>18} "
+        lines.append(f"  {name:<{width}} {r['drains']:>6} {r['returned']:>8} {r['repaired']:>8} "
+                     f"{span(r['detect_to_drain_s']):>18} "
                      f"{span(r['drain_to_return_s']):>18}  {out}")
     return "\n".join(lines) + "\n"

@@ -167,11 +167,14 @@ def node_run(node: str, report: dict[str, Any], status: str | None = None, reaso
 
 # What a node's Slurm action makes of it (facts.slurm.action, drain_rule.Action): the states of docs/watch.md.
 STATE_OF_ACTION = {"drain": "drained", "held": "held", "resume": "returned"}
+# A repair's steps (repair/flow.py), each a transition of its own.
+REPAIR_STATES = ("waiting", "repairing", "proving", "returned", "needs-hands")
 
 
 def transitions_of(report: dict[str, Any], facts: dict[str, Any], status: str) -> list[tuple[str, str, str, str, str]]:
     """The node's state changes a report tells of: a fault the watcher judged (`detected`, at the run's start),
-    and what its run did in Slurm (`drained`, `held` by the breaker, `returned` to service), at the time it did;
+    and what its run did in Slurm (`drained`, `held` by the breaker, `returned` to service), at the time it did,
+    or a repair's steps (`waiting`, `repairing`, `proving`, then `returned` or `needs-hands`);
     each with the GPUs the run's failures name (by UUID), so that a GPU's time out of service can be told."""
     failures = [f"{r.get('check')} {r.get('reason') or ''}" for r in report.get("results") or []
                 if isinstance(r, dict) and r.get("status") == "fail"]
@@ -184,6 +187,14 @@ def transitions_of(report: dict[str, Any], facts: dict[str, Any], status: str) -
         found.append((utc(report.get("started")), "detected", "watch",
                       "; ".join(f"{check}: {', '.join(map(str, why))}" for check, why in moved.items()
                                 if isinstance(why, list))[:500], gpus))
+    repair = facts.get("repair")
+    if isinstance(repair, dict) and isinstance(repair.get("steps"), list):  # its steps tell what it did in Slurm
+        named = ",".join(sorted(str(g["uuid"]) for g in repair.get("gpus") or [] if isinstance(g, dict)
+                                and g.get("uuid")))
+        found += [(utc(step.get("at")), step["state"], "repair", str(text_of(step.get("reason")) or "")[:500],
+                   "" if step["state"] == "returned" else named)
+                  for step in repair["steps"] if isinstance(step, dict) and step.get("state") in REPAIR_STATES]
+        return found
     slurm = facts.get("slurm")
     if isinstance(slurm, dict) and slurm.get("action") in STATE_OF_ACTION:
         state = STATE_OF_ACTION[slurm["action"]]

@@ -47,6 +47,7 @@ class Context:
     burn_seconds: float = 60.0  # --burn-seconds: how long gpu.burn loads each GPU
     allow_busy: bool = False  # --allow-busy: active checks also on a GPU another program uses (busy.py)
     full: bool = False  # --full: the deep run, which also gathers slow cross-checks kept only as evidence
+    gpus: tuple[int, ...] | None = None  # --gpus: the burn-in's workers on these NVML indexes only; None: every GPU
 
     @property
     def call_limit(self) -> float:

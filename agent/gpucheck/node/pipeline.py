@@ -61,7 +61,7 @@ def all_collectors() -> dict[str, Callable[[Context], dict[str, Any]]]:
     return found
 
 
-def _matches(check_id: str, pattern: str) -> bool:
+def check_matches(check_id: str, pattern: str) -> bool:
     return (check_id == pattern or check_id.startswith(pattern.rstrip(".") + ".")
             or fnmatch.fnmatchcase(check_id, pattern))
 
@@ -71,10 +71,10 @@ def select_checks(only: list[str], skip: list[str], full: bool) -> list[Check]:
     unless named exactly in --only."""
     checks = all_checks()
     for pattern in [*only, *skip]:
-        if not any(_matches(c.id, pattern) for c in checks):
+        if not any(check_matches(c.id, pattern) for c in checks):
             raise UsageError(f"no check matches '{pattern}' (see `gpucheck checks`)")
-    chosen = [c for c in checks if not only or any(_matches(c.id, p) for p in only)]
-    chosen = [c for c in chosen if not any(_matches(c.id, p) for p in skip)]
+    chosen = [c for c in checks if not only or any(check_matches(c.id, p) for p in only)]
+    chosen = [c for c in chosen if not any(check_matches(c.id, p) for p in skip)]
     chosen = [c for c in chosen if not c.active or full or c.id in only]
     if not chosen:
         active = [c.id for c in checks if c.active and c.id.startswith("gpu.")]
@@ -96,6 +96,7 @@ class Options:
     xid_since_boot: bool = False
     burn_seconds: float = 60.0  # --burn-seconds
     allow_busy: bool = False  # --allow-busy: active checks also on a GPU another program uses
+    gpus: list[int] | None = None  # --gpus: the burn-in's workers on these NVML indexes only; None: every GPU
 
 
 # The default --deadline: room for several probes to use their whole --timeout (a hung NVML call, a framework
@@ -246,11 +247,11 @@ def observed(results: list[Result], profile: profiles.Profile) -> list[Result]:
     patterns = profile.data.get(profiles.OBSERVE) or []
     checks = all_checks()
     for pattern in patterns:
-        if not any(_matches(c.id, pattern) for c in checks):
+        if not any(check_matches(c.id, pattern) for c in checks):
             raise profiles.ProfileError(f"profile {profile.name}: '{profiles.OBSERVE}' names no check: '{pattern}' "
                                         "(see `gpucheck checks`)")
     for result in results:
-        if any(_matches(result.check, p) for p in patterns):
+        if any(check_matches(result.check, p) for p in patterns):
             result.observed = True
             if result.status in (Status.FAIL, Status.WARN):
                 result.reason = f"observed only (would {'drain' if result.status == Status.FAIL else 'warn'}): " \
@@ -275,7 +276,8 @@ def judge(options: Options, config: NodeConfig, given: dict[str, Any] | None = N
     ctx = Context(timeout=options.timeout, bench_timeout=options.bench_timeout, config=config,
                   xid_lookback_s=options.xid_lookback_s, xid_since_boot=options.xid_since_boot,
                   selected=tuple(c.id for c in checks), burn_seconds=options.burn_seconds,
-                  allow_busy=options.allow_busy, full=options.full, facts=dict(given or {}))
+                  allow_busy=options.allow_busy, full=options.full, facts=dict(given or {}),
+                  gpus=tuple(options.gpus) if options.gpus else None)
     deadline = options.deadline or default_deadline(options.timeout, options.bench_timeout, options.full)
     gather = Gatherer(ctx, deadline, began)
     profile = choose_profile(options.profile, config, gather)

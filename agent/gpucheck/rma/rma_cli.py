@@ -41,6 +41,10 @@ examples:
 SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+class RmaError(Exception):
+    """Bad input (a GPU not on this node, node.yaml unreadable) or an archive that cannot be written: one line."""
+
+
 def add_parser(sub: Any) -> None:
     rma = sub.add_parser("rma", help="one archive with the evidence an RMA asks for (a GPU or the node)",
                          description="Collect what an RMA form and the vendor's engineer ask for about one GPU "
@@ -79,11 +83,11 @@ def gather(args: argparse.Namespace) -> tuple[collect.Collected, list[dict[str, 
     try:
         report, facts = collect.node_run(args.timeout, config.load(args.config))
     except (UsageError, config.ConfigError, ProfileError) as exc:
-        fail(str(exc))
+        raise RmaError(str(exc)) from None
     try:
         gpus = choose((facts.get("nvml") or {}).get("gpus") or [], args.target)
     except TargetError as exc:
-        fail(str(exc))
+        raise RmaError(str(exc)) from None
     say(f"for {', '.join(describe(g) for g in gpus)}: nvidia-smi -q ...")
     collected = collect.Collected(report=report, facts=facts, nvidia_smi=collect.nvidia_smi(
         [g["pci_bus_id"] for g in gpus if g.get("pci_bus_id")] if args.target else None, args.timeout))
@@ -131,15 +135,25 @@ def unread(report: Any, facts: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        output, _ = write_archive(args)
+    except RmaError as exc:
+        fail(str(exc))
+    print(output)
+    return EXIT_OK
+
+
+def write_archive(args: argparse.Namespace) -> tuple[Path, collect.Collected]:
+    """The archive `args` asks for (rma's options; gpucheck watch's repair gives its own), and what went into it
+    (its passive run's report among them). RmaError: bad input, or the archive could not be written."""
     now = dt.datetime.now(dt.timezone.utc)
     output = Path(args.output) if args.output else default_output(args.target, now)
     if output.is_dir() or (args.output or "").endswith("/"):
-        fail(f"{args.output} is a directory: name the archive's file (-o {output / 'rma.tar.gz'})")
+        raise RmaError(f"{args.output} is a directory: name the archive's file (-o {output / 'rma.tar.gz'})")
     collected, gpus = gather(args)
     try:
         archive.write(output, contents.members(collected, gpus, args.target, now))
     except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}")
+        raise RmaError(f"cannot write {output}: {exc.strerror or exc}") from None
     say(f"{output} written ({len(collected.missing)} piece(s) of evidence missing: see its SUMMARY.txt)")
-    print(output)
-    return EXIT_OK
+    return output, collected

@@ -47,7 +47,7 @@ class Sampler:
     call_limit: float = 10.0
 
     def __post_init__(self) -> None:
-        self.requests: queue.Queue[None] = queue.Queue()
+        self.requests: queue.Queue[str] = queue.Queue()
         self.answers: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.pending = 0  # requests the thread has not answered (1 while it hangs)
         self.thread: threading.Thread | None = None
@@ -66,7 +66,7 @@ class Sampler:
         if self.thread is None:
             self.thread = threading.Thread(target=self._serve, name="gpucheck-watch-nvml", daemon=True)
             self.thread.start()
-        self.requests.put(None)
+        self.requests.put("sample")
         self.pending += 1
         try:
             kind, value = self.answers.get(timeout=self.call_limit)
@@ -78,12 +78,31 @@ class Sampler:
             raise Unavailable(value)
         return value
 
+    def release(self) -> None:
+        """Let go of NVML (nvmlShutdown) before a GPU reset, which the driver refuses while anyone holds the GPU;
+        the next sample initialises it again. Waits for the thread, unless a call of it hangs."""
+        if self.thread is None or self.pending:
+            return
+        self.requests.put("release")
+        self.pending += 1
+        try:
+            self.answers.get(timeout=self.call_limit)
+            self.pending -= 1
+        except queue.Empty:
+            pass
+
     def _serve(self) -> None:
         import pynvml
 
         ready = False
         while True:
-            self.requests.get()
+            if self.requests.get() == "release":
+                if ready:
+                    with contextlib.suppress(pynvml.NVMLError):
+                        pynvml.nvmlShutdown()
+                ready = False
+                self.answers.put(("released", None))
+                continue
             try:
                 if not ready:
                     pynvml.nvmlInit()

@@ -28,6 +28,7 @@ from ..node import kept_reports
 from ..node.kernel_log import read_boot_id, state_dir
 from ..node.pipeline import Options, run_node
 from ..parsers import ParseError, parse
+from ..repair.flow import Repairer
 from ..report.node import render
 from .fields import CHECK_OF, Hung, Sampler, Unavailable, concerned, settled
 from .kernel_source import KernelLog, SourceError
@@ -68,12 +69,16 @@ class Watcher:
         self.said: set[str] = set()  # the one-time notes said and still true (NVML hung, a log not readable)
         self.saved_text = ""
         self.metrics = WatchMetrics.beside(self.site.prometheus_textfile, socket.gethostname())
+        self.repairer = Repairer(self.site, settings.slurm_node, self.say, self.sampler.release)
+        self.reports_seen = set(_kept())  # a drain another path keeps from now on is looked at for a repair
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._stop)
         self.say(f"watching {self.settings.kernel_log} and NVML every {self.settings.interval_s:g} s"
                  + (" (drains in Slurm)" if self.settings.slurm else ""))
+        if self.settings.slurm and self.repairer.after_reboot():
+            self.rebaseline()
         next_poll = time.monotonic()
         log_retry = 0.0
         while not self.stopped:
@@ -94,6 +99,7 @@ class Watcher:
             self.read_log()
             if time.monotonic() >= next_poll:
                 self.poll_nvml()
+                self.look_at_drains()
                 next_poll = time.monotonic() + self.settings.interval_s
             self.save()
             if note := self.metrics.write():
@@ -187,9 +193,43 @@ class Watcher:
                 report.facts["slurm"] = action.record("watch")
             except slurm.SlurmError as exc:
                 self.say(f"slurm: {exc}")
-        if note := kept_reports.keep(report, render(report, "json"), active=False):  # Slurm told first
+        text = render(report, "json")
+        if note := kept_reports.keep(report, text, active=False):  # Slurm told first
             self.once("keep", note)
+        self.reports_seen = set(_kept())
+        if self.settings.slurm and report.facts.get("slurm", {}).get("action") in ("drain", "keep"):
+            self.repair(json.loads(text))
         return report
+
+    def look_at_drains(self) -> None:
+        """A drain by another path (the health check, a scheduled check), kept since the last look: repaired as
+        the watcher's own are."""
+        if not self.settings.slurm:
+            return
+        kept = _kept()
+        for name in sorted(set(kept) - self.reports_seen, key=kept_reports.order):
+            try:
+                doc = kept_reports.read(kept_reports.folder() / name)
+            except (OSError, ValueError, RecursionError):
+                continue
+            told = ((doc.get("facts") or {}).get("slurm") or {}) if isinstance(doc, dict) else {}
+            if told.get("action") == "drain" and told.get("path") not in ("watch", "repair"):
+                self.repair(doc)
+        self.reports_seen = set(_kept())
+
+    def repair(self, doc: dict[str, Any]) -> None:
+        if self.repairer.repair(doc):
+            self.rebaseline()
+
+    def rebaseline(self) -> None:
+        """After a repair: what it changed (counters a reset cleared) is no fault, and what changes from now on is
+        judged, so the new baseline is taken at once, not at the next poll."""
+        self.said.discard("nvml")
+        try:
+            self.sample = self.sampler.sample()
+        except (Hung, Unavailable):
+            self.sample = None  # the first poll that answers is the baseline
+        self.save()
 
     def save(self) -> None:
         state = {"boot_id": self.boot_id, "cursor": self.log.state(), "sample": self.sample}
@@ -211,6 +251,13 @@ def _boot_id() -> str | None:
         return read_boot_id()
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def _kept() -> list[str]:
+    try:
+        return kept_reports.listing(kept_reports.folder())
+    except OSError:
+        return []
 
 
 def _load_state() -> dict[str, Any]:

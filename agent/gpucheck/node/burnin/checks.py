@@ -119,6 +119,12 @@ def collect_gpuwork(ctx: Context) -> dict[str, Any]:
     gpus = live_gpus(ctx.facts["nvml"])
     users = ctx.facts.get("gpu_users")
     held, shared = busy(users), beside(users)
+    if ctx.gpus is not None:  # --gpus: the others are not in this run, so not in its facts either
+        if unknown := sorted(set(ctx.gpus) - {g["index"] for g in gpus}):
+            raise CollectError(f"not run: --gpus names GPU {', '.join(map(str, unknown))}, which NVML does not list "
+                               f"(it lists {', '.join(str(g['index']) for g in gpus) or 'none'})",
+                               "name the GPUs by NVML's index (nvidia-smi -L)", harness=True)
+        gpus = [g for g in gpus if g["index"] in ctx.gpus]
     placed = {label_of(g): g for g in gpus if g.get("uuid") and label_of(g) not in held}
     buses = {label: g["pci_bus_id"] for label, g in placed.items() if g.get("pci_bus_id")}
     cpus = gpu_cpus(ctx, buses)

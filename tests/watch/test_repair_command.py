@@ -1,0 +1,133 @@
+"""gpucheck watch's repair, run as the systemd unit runs the watcher, against the fake NVML, the lab's stand-in
+`nvidia-smi -r` (lab/nvidia_repo: it writes the reset layer the scenario includes), the fake CuPy for the proof's
+burn-in, and a real Slurm (tests/slurmkit.py): a reset that clears the fault returns the node after its proof, with
+every transition in the history store; one the fault survives, or a fault back soon after a repair, hands the node
+to a person with an RMA archive."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from watch_helpers import Watch
+
+import slurmkit
+from gpucheck.history.store import Store
+from lab import compute
+from lab.nvidia_repo import load
+from lab.nvidia_repo.payloads import nvidia_smi
+from support import ROOT, run_gpucheck
+
+# A site's profile: the lab's checks (the fake CuPy's modelled speed), a reset for an ECC error.
+PROFILE = "name: lab-repair\ninherits: lab\nrepair:\n  gpu.ecc_errors: reset-gpu\n  gpu.row_*: reset-gpu\n"
+ECC_ON_GPU3 = "gpu.3.ecc_uncorrected_volatile = 2\n"
+ORDER = ["detected", "drained", "waiting", "repairing", "proving", "returned", "needs-hands"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurmkit.running(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def node(tmp_path, slurm):
+    """A watcher whose node's GPUs reset through the stand-in nvidia-smi, proven on the fake CuPy."""
+    if "DRAIN" in slurm.state()[0]:
+        slurm.set(state="resume")
+    (tmp_path / "lab-repair.yaml").write_text(PROFILE)
+    w = Watch(tmp_path, slurm, site="repair: {burn_s: 3, return_window_s: 3600}\n",
+              profile=str(tmp_path / "lab-repair.yaml"))
+    layer = tmp_path / "reset.scn"
+    w.scenario.write_text(w.scenario.read_text() + f"\ninclude_if_present = {layer}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pkg = next(p for p in load().packages if p.name == "nvidia-smi")
+    [entry] = nvidia_smi(pkg, Path("unused"))
+    (bin_dir / "nvidia-smi").write_bytes(entry.data or b"")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    # the lab's simulated compute, its modelled GEMMs 10x the lab's rate: one GPU's proof, not eight hosts' burn
+    w.env.update({**compute.environment(), "FAKECUPY_TFLOPS": str(10 * compute.TFLOPS),
+                  "PATH": f"{bin_dir}:{w.env.get('PATH') or os.environ['PATH']}",
+                  "PYTHONPATH": f"{ROOT / 'agent'}:{compute.SOURCE}", "FAKENVML_RESET_LAYER": str(layer)})
+    yield w
+    w.stop()
+
+
+def fault(w: Watch, lines: str) -> None:
+    """The scenario with `lines` before its reset layer, replaced at once, and the layer emptied: a new fault is a
+    new GPU state, as the lab installs one (lab/gpus.py)."""
+    text = w.scenario.read_text()
+    head, include = text.rsplit("include_if_present", 1)
+    stepped = w.tmp / "stepped.scn"
+    stepped.write_text(f"{head}{lines}include_if_present{include}")
+    os.replace(stepped, w.scenario)
+    (w.tmp / "reset.scn").unlink(missing_ok=True)
+
+
+def transitions(w: Watch) -> list[tuple[str, str]]:
+    """The node's transitions as the history store keeps them, from its kept reports."""
+    store = w.tmp / "history.sqlite"
+    done = run_gpucheck(["history", "import", "--store", str(store), *map(str, w.reports())], env=w.env)
+    assert done.returncode == 0, done.stderr
+    rows = Store(store).query("SELECT at, state, path FROM transitions")
+    # a second holds several of them: within one, in the order a node goes through them
+    rows.sort(key=lambda row: (row["at"], ORDER.index(row["state"])))
+    return [(row["state"], row["path"]) for row in rows]
+
+
+def repair_facts(w: Watch) -> dict:
+    return next(doc["facts"]["repair"] for doc in (json.loads(p.read_text()) for p in reversed(w.reports()))
+                if "repair" in doc["facts"])
+
+
+def test_a_reset_that_clears_the_fault_returns_the_node_after_its_proof(node, slurm):
+    node.start()
+    fault(node, ECC_ON_GPU3)
+    said = node.wait("repair: returned", timeout=180)
+    assert "slurm: drained gpu-a: gpucheck: watch: gpu.ecc_errors" in said
+    assert "repair: repairing: reset-gpu GPU3 after gpu.ecc_errors" in said and "GPU3 reset" in said
+    proof = said[said.index("repair: proof:"):].splitlines()[0]
+    assert "gpu.ecc_errors pass" not in proof and "gpu.burn pass" in proof and "gpu.gemm pass" in proof
+    assert f"resumed {slurmkit.NODE}" in said
+    state, reason = slurm.state()
+    assert "DRAIN" not in state and reason == ""
+    assert "gpu.3.ecc_uncorrected_volatile = 0" in (node.tmp / "reset.scn").read_text()
+    steps = repair_facts(node)["steps"]
+    assert [s["state"] for s in steps] == ["repairing", "proving", "returned"]
+    assert transitions(node) == [("detected", "watch"), ("drained", "watch"), ("repairing", "repair"),
+                                 ("proving", "repair"), ("returned", "repair")]
+    mttr = run_gpucheck(["history", "mttr", "--store", str(node.tmp / "history.sqlite"), "--format", "json"],
+                        env=node.env)
+    [row] = json.loads(mttr.stdout)
+    assert row["returned"] == 1 and row["repaired"] == 1 and row["out_since"] is None
+
+    # the same fault again within the window: no second reset, a person looks at it (once the watcher has its new
+    # baseline, taken as the repair ended: what the reset cleared)
+    node.wait_baseline(lambda sample: sample["gpus"]["3"]["ecc_uncorrected"] == 0)
+    fault(node, ECC_ON_GPU3.replace("2", "5"))
+    said = node.wait("repair: needs-hands:", timeout=120)
+    assert "gpu.ecc_errors failed again" in said and "after reset-gpu returned the node" in said
+    state, reason = slurm.state()
+    assert "DRAIN" in state and reason.startswith("gpucheck: needs-hands: gpu.ecc_errors failed again")
+    assert said.count("GPU3 reset") == 1
+
+
+def test_a_fault_the_reset_does_not_clear_needs_hands_and_an_rma_archive(node, slurm):
+    node.start()
+    fault(node, ECC_ON_GPU3 + "gpu.3.survives_reset = yes\n")
+    said = node.wait("repair: needs-hands:", timeout=120)
+    assert "GPU3 reset" in said and "reset-gpu GPU3 did not mend it: gpu.ecc_errors" in said
+    assert "gpu.burn" not in said[said.index("repair: proof:"):]  # a fault still seen idle needs no load
+    state, reason = slurm.state()
+    assert "DRAIN" in state and reason.startswith("gpucheck: needs-hands: reset-gpu GPU3 did not mend it")
+    facts = repair_facts(node)
+    archive = Path(facts["rma"])
+    assert archive.name.startswith("rma-") and "GPU3" in archive.name and archive.stat().st_size > 0
+    assert [s["state"] for s in facts["steps"]] == ["repairing", "proving", "needs-hands"]
+    assert [state for state, _ in transitions(node)][-1] == "needs-hands"
+    # the health check's pass cannot return it: a passive run never undoes a repair's hold
+    done = run_gpucheck(["node", "--slurm", "--slurm-node", slurmkit.NODE, "--only", "gpu.count"], env=node.env)
+    assert "left gpu-a as it is" in done.stderr and "DRAIN" in slurm.state()[0]

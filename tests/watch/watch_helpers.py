@@ -1,0 +1,96 @@
+"""One node's `gpucheck watch` as the systemd unit runs it, against the fake NVML and a real Slurm
+(tests/slurmkit.py): its scenario, kernel log, state directory and output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+import slurmkit
+from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for
+from support import ROOT, wait_for
+
+
+class Watch:
+    """One node's watcher: its scenario, kernel log, state directory and output."""
+
+    def __init__(self, tmp: Path, slurm: slurmkit.SlurmCluster, scenario: str = "dgx-h100", site: str = "",
+                 profile: str = "dgx-h100") -> None:
+        self.tmp, self.slurm = tmp, slurm
+        self.scenario = tmp / "scenario.scn"
+        shutil.copy(scenario_path(scenario), self.scenario)
+        self.log = tmp / "kern.log"
+        self.log.touch()
+        self.out = tmp / "watch.out"
+        self.metrics = tmp / "prom" / "gpucheck-watch.prom"  # beside the node run's textfile, under its own name
+        self.metrics.parent.mkdir()
+        (tmp / "node.yaml").write_text(f"profile: {profile}\nprometheus_textfile: {tmp / 'prom' / 'gpucheck.prom'}\n"
+                                       + site)
+        self.env = {**env_for(self.scenario, build_library()), **slurm.env,
+                    "GPUCHECK_SYSFS_ROOT": str(write_pci_tree_for(self.scenario, tmp / "sys")),
+                    "GPUCHECK_STATE_DIR": str(tmp / "state"), "GPUCHECK_CONFIG": str(tmp / "node.yaml"),
+                    "PYTHONPATH": str(ROOT / "agent")}
+        self.proc: subprocess.Popen | None = None
+        self.seq = 0
+
+    def start(self, beside: Path | None = None, saving: bool = True) -> None:
+        """`beside`: a program started with the watcher in a PID namespace of their own, where it sees no other
+        process (a lab host's Fabric Manager, on a build machine running the lab). `saving`: wait until it saved
+        where it stands (not on a full disk)."""
+        self.out.write_text("")
+        argv = [sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(self.log), "--interval", "1",
+                "--nvml-timeout", "2", "--slurm"]
+        if beside is not None:
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", "--", "sh", "-c",
+                    f'{beside} 600 & exec "$@"', "sh", *argv]
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=self.out.open("w"), stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        self.wait("watching")
+        if saving:
+            self.wait_saved()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            watcher = next((p for p in [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(True)]
+                            if "gpucheck" in p.cmdline()[:3]), None)
+            (watcher or psutil.Process(self.proc.pid)).send_signal(signal.SIGTERM)
+            assert self.proc.wait(timeout=30) == 0, self.said()
+            assert "stopped" in self.said()
+
+    def said(self) -> str:
+        return self.out.read_text()
+
+    def wait(self, text: str, timeout: float = 30) -> str:
+        return wait_for(lambda: text in self.said() and self.said(), timeout, f"`{text}` in:\n{self.said()}")
+
+    def wait_saved(self) -> None:
+        """Until the watcher has read NVML once and saved where it stands (its state file)."""
+        state = self.tmp / "state" / "watch.json"
+        wait_for(lambda: state.exists() and '"gpus"' in state.read_text(), 30, f"a saved sample:\n{self.said()}")
+
+    def wait_baseline(self, holds) -> None:
+        """Until the sample the watcher saved (what it compares the next poll with) satisfies `holds`."""
+        state = self.tmp / "state" / "watch.json"
+
+        def saved():
+            try:
+                sample = json.loads(state.read_text()).get("sample")
+            except (OSError, ValueError):
+                return False
+            return sample is not None and holds(sample)
+        wait_for(saved, 30, f"the watcher's saved sample:\n{self.said()}")
+
+    def plant(self, message: str) -> None:
+        self.seq += 1
+        with self.log.open("a") as fh:
+            fh.write(f"3,{self.seq},{time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000},-;{message}\n")
+
+    def reports(self) -> list[Path]:
+        return sorted((self.tmp / "state" / "reports").glob("*.json"))
