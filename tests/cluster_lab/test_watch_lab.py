@@ -2,19 +2,22 @@
 systemd unit under each node's own systemd, the breaker's fleet share set to a half), it drains node01 in admin01's
 slurmctld as an Xid line is logged (the lab's kernel log file: lab/kernel_log.py) and as the node's simulated GPU
 steps its ECC counter (`lab fault ... scenario`, which a running NVML sees); a thermal slowdown and Fabric Manager
-stopping drain theirs; with three of the four nodes failing at once, the breaker holds the third drain; turned off
+stopping drain theirs; with three of the four nodes failing at once, the breaker holds the third drain; a GPU reset
+returns a node after its proof and hands one whose fault survives it to a person; turned off
 again by the same stage, it leaves no watcher behind. The latency is bench/watch_latency.py's own measurement (a few
 plants here; its 20 are the issue's figure)."""
 
 from __future__ import annotations
 
+import shlex
 import statistics
 import sys
 
 import pytest
 from cluster_lab_helpers import FAULTY, ROOT, ansible_playbook, lab
 
-from support import wait_for
+from gpucheck.history.store import Store
+from support import run_gpucheck, wait_for
 
 pytestmark = pytest.mark.lab
 NODE = "node01"
@@ -110,6 +113,74 @@ def test_with_three_of_four_nodes_failing_at_once_the_breaker_holds_the_third_dr
     drained = [n for n in failing if watching.sinfo_reason(n, slurm).startswith("gpucheck: watch: gpu.xid")]
     held = [n for n in failing if "held by breaker: 3 of 4 nodes drained by gpucheck" in said[n]]
     assert len(drained) == 2 and len(held) == 1 and set(drained) | set(held) == set(failing), (drained, said)
+
+
+# A site profile on a node: the lab's checks, a GPU reset for an ECC error (none by default).
+REPAIR_PROFILE = "name: lab-repair\ninherits: lab\nrepair:\n  gpu.ecc_errors: reset-gpu\n"
+FAST_COMPUTE = "FAKECUPY_TFLOPS=0.002"  # the proof's one GPU at 10x the lab's modelled rate (lab/compute.py)
+
+
+def repairing(node: str) -> str:
+    """Turn `node`'s repairs on (its node.yaml's profile set to REPAIR_PROFILE, its simulated GEMMs faster) and
+    restart its watcher; the /etc/default/gpucheck it had, to put back."""
+    env = lab("ssh", node, "--", "cat", "/etc/default/gpucheck", timeout=60).stdout
+    script = (f"printf %s {shlex.quote(REPAIR_PROFILE)} > /etc/gpucheck/checks/lab-repair.yaml && "
+              "sed -i 's/^profile: .*/profile: lab-repair/' /etc/gpucheck/node.yaml && "
+              f"sed -i 's/^FAKECUPY_TFLOPS=.*/{FAST_COMPUTE}/' /etc/default/gpucheck && "
+              "systemctl restart gpucheck-watch")
+    lab("ssh", node, "--", script, timeout=120)  # ssh hands the remote shell one command line
+    wait_for(lambda: "watching" in journal(node).rsplit("stopped", 1)[-1], 60, f"{node}'s watcher restarted")
+    return env
+
+
+def test_a_reset_returns_its_node_after_the_proof_and_one_the_fault_survives_needs_hands(watching, slurm, tmp_path):
+    """Two nodes at once, each through its own systemd and the real slurmctld: on node01 the stand-in `nvidia-smi
+    -r` clears GPU3's ECC errors and the node returns once the GPU checks and GPU3's burn-in pass, five transitions
+    in the store; on node02 the fault survives the reset (survives_reset), and the node waits for hands with an
+    RMA archive."""
+    in_service(watching, slurm)
+    for node in ("node01", "node02"):  # healthy GPUs first (node01 kept the ECC fault of the test above)
+        lab("fault", node, "scenario", "dgx-h100", timeout=120)
+    kept = {node: repairing(node) for node in ("node01", "node02")}
+    try:
+        lab("fault", "node01", "scenario", "ecc-uncorrected", timeout=120)
+        lab("fault", "node02", "scenario", "ecc-uncorrected-persistent", timeout=120)
+        try:
+            wait_for(lambda: "repair: returned" in journal("node01") and "repair: needs-hands:" in journal("node02"),
+                     300, "node01 returned and node02 handed over")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{journal('node01')[-3000:]}\n{journal('node02')[-3000:]}") from None
+        assert watching.sinfo_reason("node01", slurm) == ""
+        said = journal("node01")
+        assert "reset-gpu GPU3 after gpu.ecc_errors" in said, said[-3000:]
+        reset = said[said.rindex("repair: GPU3 reset"):].splitlines()[0]
+        assert "nvidia-persistenced" in reset and "stopped for it and started again" in reset, reset  # the driver's
+        assert lab("ssh", "node01", "--", "systemctl", "is-active", "nvidia-persistenced", check=False,
+                   timeout=60).stdout.strip() == "active"  # and running again
+        assert "gpu.burn pass" in said[said.rindex("repair: proof:"):]
+        reason = watching.sinfo_reason("node02", slurm)
+        assert reason.startswith("gpucheck: needs-hands: reset-gpu GPU3 did not mend it: gpu.ecc_errors"), reason
+        archives = lab("ssh", "node02", "--", "ls", "/var/lib/gpucheck/rma", timeout=60).stdout.split()
+        assert len(archives) == 1 and archives[0].startswith("rma-node02-GPU3-") and reason.endswith(
+            f"evidence: {archives[0]}")
+
+        reports = tmp_path / "reports"
+        reports.mkdir()
+        for name in lab("ssh", "node01", "--", "ls", "/var/lib/gpucheck/reports", timeout=60).stdout.split():
+            text = lab("ssh", "node01", "--", "cat", f"/var/lib/gpucheck/reports/{name}", timeout=60).stdout
+            (reports / name).write_text(text)
+        store = tmp_path / "history.sqlite"
+        done = run_gpucheck(["history", "import", "--store", str(store), str(reports)])
+        assert done.returncode == 0, done.stderr
+        rows = Store(store).query("SELECT state FROM transitions WHERE at >= (SELECT max(at) FROM transitions "
+                                  "WHERE state = 'detected')")
+        assert sorted(r["state"] for r in rows) == sorted(["detected", "drained", "repairing", "proving",
+                                                           "returned"])
+    finally:
+        for node, env in kept.items():
+            lab("ssh", node, "--", f"printf %s {shlex.quote(env)} > /etc/default/gpucheck", timeout=60)
+            lab("fault", node, "scenario", "dgx-h100", timeout=120)
+            watching.resume(node, slurm)
 
 
 def test_turning_it_off_stops_and_disables_the_unit(watching):

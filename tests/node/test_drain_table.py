@@ -1,8 +1,8 @@
 """Every cell of docs/slurm.md's table (drain_rule.RULES), path by path, against a real slurmctld (tests/slurmkit.py):
 the node is put in each holder's state with scontrol, each of the seven paths is given a failure, a pass and a
 could-not-judge through its own code (the health check's and a prolog's `--slurm`, a scheduled check's, `gpucheck
-cluster --drain`'s, the watcher's and its repair's drain_rule.tell, the upgrade's `gpucheck slurm apply`), and Slurm's state after
-says what was done."""
+cluster --drain`'s, the watcher's and its repair's drain_rule.tell, the upgrade's `gpucheck slurm apply`), and
+Slurm's state after says what was done."""
 
 from __future__ import annotations
 

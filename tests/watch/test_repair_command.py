@@ -16,6 +16,7 @@ from watch_helpers import Watch
 import slurmkit
 from gpucheck.history.store import Store
 from lab import compute
+from lab.fakenvml import write_pci_tree_for
 from lab.nvidia_repo import load
 from lab.nvidia_repo.payloads import nvidia_smi
 from support import ROOT, run_gpucheck
@@ -41,7 +42,8 @@ def node(tmp_path, slurm):
     w = Watch(tmp_path, slurm, site="repair: {burn_s: 3, return_window_s: 3600}\n",
               profile=str(tmp_path / "lab-repair.yaml"))
     layer = tmp_path / "reset.scn"
-    w.scenario.write_text(w.scenario.read_text() + f"\ninclude_if_present = {layer}\n")
+    w.machine = w.scenario.read_text()  # the healthy machine each fault() starts from
+    w.scenario.write_text(w.machine + f"\ninclude_if_present = {layer}\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     pkg = next(p for p in load().packages if p.name == "nvidia-smi")
@@ -57,12 +59,10 @@ def node(tmp_path, slurm):
 
 
 def fault(w: Watch, lines: str) -> None:
-    """The scenario with `lines` before its reset layer, replaced at once, and the layer emptied: a new fault is a
-    new GPU state, as the lab installs one (lab/gpus.py)."""
-    text = w.scenario.read_text()
-    head, include = text.rsplit("include_if_present", 1)
+    """The healthy machine with `lines`, then its reset layer, replaced at once, and the layer emptied: a new fault
+    is a new GPU state, as the lab installs one (lab/gpus.py)."""
     stepped = w.tmp / "stepped.scn"
-    stepped.write_text(f"{head}{lines}include_if_present{include}")
+    stepped.write_text(f"{w.machine}\n{lines}include_if_present = {w.tmp / 'reset.scn'}\n")
     os.replace(stepped, w.scenario)
     (w.tmp / "reset.scn").unlink(missing_ok=True)
 
@@ -131,3 +131,52 @@ def test_a_fault_the_reset_does_not_clear_needs_hands_and_an_rma_archive(node, s
     # the health check's pass cannot return it: a passive run never undoes a repair's hold
     done = run_gpucheck(["node", "--slurm", "--slurm-node", slurmkit.NODE, "--only", "gpu.count"], env=node.env)
     assert "left gpu-a as it is" in done.stderr and "DRAIN" in slurm.state()[0]
+
+
+def test_a_reboot_is_asked_for_only_where_allowed_and_proven_on_the_next_boot(node, slurm):
+    """A reboot as the repair, node.yaml allowing it: `systemctl reboot` (a stand-in recording it) is asked for, the
+    plan survives in repairs.json, and the watcher started on the next boot (another boot id) proves the node and
+    returns it. The machine is two GPUs, so the whole node's proof stays short."""
+    fake = node.tmp / "fake"
+    (fake / "proc" / "sys" / "kernel" / "random").mkdir(parents=True)
+    (fake / "proc" / "uptime").write_text("5000.00 9000.00\n")
+    boot_id = fake / "proc" / "sys" / "kernel" / "random" / "boot_id"
+    boot_id.write_text("boot-one\n")
+    asked = node.tmp / "systemctl.log"
+    systemctl = node.tmp / "bin" / "systemctl"
+    systemctl.write_text(f'#!/bin/sh\necho "$@" >> {asked}\n[ "$1" = reboot ]\n')  # no unit runs here
+    systemctl.chmod(0o755)
+    (node.tmp / "lab-repair.yaml").write_text(PROFILE.replace("reset-gpu", "reboot") + "gpu: {count: 2}\n")
+    node.env["GPUCHECK_PROC_ROOT"] = str(fake / "proc")
+    fault(node, "gpu_count = 2\npci_gpu_count = 2\n")
+    write_pci_tree_for(node.scenario, node.tmp / "sys")
+    site = node.tmp / "node.yaml"
+    site.write_text(site.read_text().replace("burn_s: 3,", "burn_s: 3, allow_reboot: false,"))
+    node.start()
+    fault(node, "gpu_count = 2\npci_gpu_count = 2\n" + ECC_ON_GPU3.replace("3", "1"))
+    said = node.wait("repair: needs-hands:", timeout=120)
+    assert "reboot did not work: a reboot is the profile's repair, but node.yaml does not allow one" in said
+    assert "reboot" not in (asked.read_text() if asked.exists() else "")
+    node.stop()
+
+    slurm.set(state="resume")
+    site.write_text(site.read_text().replace("allow_reboot: false", "allow_reboot: true"))
+    for left in ("repairs.json", "watch.json"):  # a node where no repair was tried, its watcher starting afresh
+        (node.tmp / "state" / left).unlink(missing_ok=True)
+    fault(node, "gpu_count = 2\npci_gpu_count = 2\n")
+    node.start()
+    fault(node, "gpu_count = 2\npci_gpu_count = 2\n" + ECC_ON_GPU3.replace("3", "1"))
+    node.wait("repair: reboot asked for", timeout=120)
+    assert asked.read_text().splitlines()[-1] == "reboot"
+    assert json.loads((node.tmp / "state" / "repairs.json").read_text())["rebooting"]["plan"]["action"] == "reboot"
+    node.stop()  # systemd stops it for the reboot
+
+    boot_id.write_text("boot-two\n")  # the next boot: its counters start at zero
+    fault(node, "gpu_count = 2\npci_gpu_count = 2\n")
+    node.start(saving=False)
+    said = node.wait("repair: returned", timeout=180)
+    assert "the node rebooted (reboot); proving it" in said
+    proof = said[said.index("repair: proof:"):].splitlines()[0]
+    assert "gpu.burn pass" in proof
+    assert "DRAIN" not in slurm.state()[0]
+    assert "rebooting" not in json.loads((node.tmp / "state" / "repairs.json").read_text())

@@ -177,7 +177,9 @@ class Repairer:
         if report is None:  # the archive's own passive run is missing too: the GPU checks say what is seen now
             report = run_node(Options(only=["gpu"]), self.site)
         where = f"; evidence: {Path(attempt.rma).name}" if attempt.rma else ""
-        action = drain_rule.tell("repair", EXIT_FAIL, [f"{why}{where}"], self.node, head=drain_rule.NEEDS_HANDS_HEAD)
+        room = drain_rule.REASON_MAX - len(drain_rule.NEEDS_HANDS_HEAD) - 1 - len(where)
+        short = why if len(why) <= room else why[:room - 1].rstrip(" ;,:") + "…"  # the archive's name never cut
+        action = drain_rule.tell("repair", EXIT_FAIL, [short + where], self.node, head=drain_rule.NEEDS_HANDS_HEAD)
         self.say(f"slurm: {action.describe()}")
         self.step(attempt, "needs-hands", why + (f"; RMA archive {attempt.rma}" if attempt.rma else ""), tell=False)
         report.facts["slurm"] = action.record("repair")

@@ -22,6 +22,11 @@ ECC counter: gpu.ecc_errors; a clock slowdown: gpu.clocks; Fabric Manager gone: 
 report as every run is kept, and with --slurm drains this node at once ("gpucheck: watch: <check> <why>"). It never
 resumes: a node it drained returns after its active checks pass (docs/watch.md). Slurm's health check stays.
 
+Repairs (with --slurm, where the profile's `repair:` names one for every check that failed; none by default): once
+the node's jobs end it restarts Fabric Manager or DCGM, resets the GPUs the failures name (nvidia-smi -r) or, where
+node.yaml allows, reboots; then proves the node (the GPU checks, then the repaired GPUs' burn-in) and resumes it,
+or leaves it drained "gpucheck: needs-hands: ..." with an RMA archive in /var/lib/gpucheck/rma.
+
 examples:
   gpucheck watch                           watch and report; drain nothing
   gpucheck watch --slurm                   drain this node in Slurm on a failure (the systemd unit's way)
