@@ -176,12 +176,8 @@ def read_breaker(target: Path, entries: object) -> BreakerSettings:
     unknown = set(map(str, entries)) - {"window_s", "fleet_fraction", "group_fraction", "groups"}
     if unknown:
         raise ConfigError(f"{target}: 'breaker' has unknown key(s) {', '.join(sorted(unknown))}")
-    numbers = {}
-    for key, low, high in (("window_s", 1, 7 * 86400), ("fleet_fraction", 0, 1), ("group_fraction", 0, 1)):
-        value = entries.get(key, getattr(BreakerSettings, key))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
-            raise ConfigError(f"{target}: 'breaker.{key}' is {shown(value)}: a number more than {low}, at most {high}")
-        numbers[key] = float(value)
+    numbers = read_numbers(target, "breaker", entries, BreakerSettings,
+                           (("window_s", 1, 7 * 86400), ("fleet_fraction", 0, 1), ("group_fraction", 0, 1)))
     groups = entries.get("groups") or {}
     wrong = not isinstance(groups, dict) or any(
         kind not in GROUP_KINDS or not isinstance(group, dict) or set(group) != {"name", "nodes"}
@@ -206,13 +202,22 @@ def read_repair(target: Path, entries: object) -> RepairSettings:
     allow = entries.get("allow_reboot", False)
     if not isinstance(allow, bool):
         raise ConfigError(f"{target}: 'repair.allow_reboot' is {shown(allow)}: true or false")
-    numbers = {}
-    for key, low, high in (("return_window_s", 0, 30 * 86400), ("jobs_wait_s", 0, 7 * 86400), ("burn_s", 0, 86400)):
-        value = entries.get(key, getattr(RepairSettings, key))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
-            raise ConfigError(f"{target}: 'repair.{key}' is {shown(value)}: a number more than {low}, at most {high}")
-        numbers[key] = float(value)
+    numbers = read_numbers(target, "repair", entries, RepairSettings,
+                           (("return_window_s", 0, 30 * 86400), ("jobs_wait_s", 0, 7 * 86400), ("burn_s", 0, 86400)))
     return RepairSettings(allow_reboot=allow, **numbers)
+
+
+def read_numbers(target: Path, section: str, entries: dict, defaults: type,
+                 bounds: tuple[tuple[str, float, float], ...]) -> dict[str, float]:
+    """A section's numbers, each low < value <= high; what it leaves out keeps `defaults`' value."""
+    numbers = {}
+    for key, low, high in bounds:
+        value = entries.get(key, getattr(defaults, key))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+            raise ConfigError(f"{target}: '{section}.{key}' is {shown(value)}: a number more than {low}, at most "
+                              f"{high}")
+        numbers[key] = float(value)
+    return numbers
 
 
 def read_textfile(target: Path, value: str | None) -> str | None:

@@ -180,3 +180,32 @@ def test_a_reboot_is_asked_for_only_where_allowed_and_proven_on_the_next_boot(no
     assert "gpu.burn pass" in proof
     assert "DRAIN" not in slurm.state()[0]
     assert "rebooting" not in json.loads((node.tmp / "state" / "repairs.json").read_text())
+
+
+def test_a_restart_that_does_not_mend_and_a_busy_gpu_that_is_not_reset_both_need_hands(node, slurm):
+    """restart-dcgm: `systemctl restart nvidia-dcgm` (a stand-in recording it), then the proof, which still sees the
+    ECC errors a restart cannot clear. A reset of a GPU another program uses is refused before nvidia-smi is asked."""
+    asked = node.tmp / "systemctl.log"
+    systemctl = node.tmp / "bin" / "systemctl"
+    systemctl.write_text(f'#!/bin/sh\necho "$@" >> {asked}\n')  # every unit active, every restart done
+    systemctl.chmod(0o755)
+    (node.tmp / "lab-repair.yaml").write_text(PROFILE.replace("reset-gpu", "restart-dcgm"))
+    node.start()
+    fault(node, ECC_ON_GPU3)
+    said = node.wait("repair: needs-hands:", timeout=120)
+    assert "repair: nvidia-dcgm restarted" in said and "restart-dcgm did not mend it: gpu.ecc_errors GPU3" in said
+    assert "restart nvidia-dcgm" in asked.read_text().splitlines()
+    node.stop()
+
+    slurm.set(state="resume")
+    (node.tmp / "lab-repair.yaml").write_text(PROFILE)
+    (node.tmp / "state" / "watch.json").unlink()
+    fault(node, "")
+    node.start()
+    fault(node, ECC_ON_GPU3 + "gpu.3.compute_processes = 576:75971428352\n")  # a job's process on GPU3
+    said = node.wait("repair: needs-hands:", timeout=120)
+    assert "reset-gpu GPU3 did not work: not reset: GPU3 is used by pid 576" in said
+    assert not (node.tmp / "reset.scn").exists()  # nvidia-smi -r never ran
+    calls = asked.read_text().splitlines()  # what was stopped for the reset is started again, refused or not
+    assert calls[-4:] == ["stop nvidia-dcgm", "stop nvidia-persistenced", "start nvidia-dcgm",
+                          "start nvidia-persistenced"]
