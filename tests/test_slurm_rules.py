@@ -101,6 +101,15 @@ def test_exit_codes_map_to_verdicts_and_warnings_are_no_reason_to_drain():
     assert [drain_rule.verdict_of(code) for code in (0, 1, 2, 3)] == ["pass", "pass", "fail", "error"]
 
 
+def test_an_observed_failure_is_not_named_among_a_drains_reasons():
+    """A node failing a counted check and an observed one is drained for the counted one only."""
+    from gpucheck.model import Result, Status
+
+    results = [Result("gpu.ecc_errors", Status.FAIL, reason="GPU3: 2 uncorrected"),
+               Result("gpu.temperature", Status.FAIL, reason="observed only (would drain): GPU1 91 C", observed=True)]
+    assert drain_rule.findings(results) == ["gpu.ecc_errors GPU3: 2 uncorrected"]
+
+
 def test_the_reason_is_one_line_with_the_prefix_and_bounded():
     reason = drain_rule.drain_reason(["gpu.ecc_errors GPU3:\n2 errors", "host.disk " + "x" * 400])
     assert reason == "gpucheck: gpu.ecc_errors GPU3: 2 errors; host.disk…"  # no word cut: the long one left out

@@ -121,8 +121,10 @@ def drain_reason(findings: list[str], head: str = REASON_PREFIX) -> str:
 
 
 def findings(results: list[Any]) -> list[str]:
-    """The failed checks as a drain reason names them: "<check> <reason>"."""
-    return [f"{r.check} {r.reason}".strip() for r in results if r.status.value == "fail"]
+    """The failed checks as a drain reason names them: "<check> <reason>". An observed check's failure is no
+    reason to drain (the profile's `observe`), so it is not named among the reasons a node is drained for."""
+    return [f"{r.check} {r.reason}".strip() for r in results
+            if r.status.value == "fail" and not getattr(r, "observed", False)]
 
 
 def verdict_of(exit_code: int) -> str:

@@ -29,6 +29,16 @@ def test_passive_passes_but_the_newest_are_pruned_everything_else_kept(tmp_path:
                                "20261101T032000Z-warn.json", "20261101T032500Z-pass.json", "notes.txt"]
 
 
+def test_a_pass_that_returned_the_node_is_kept_for_the_history(tmp_path: Path) -> None:
+    """The health check's pass that resumed the node is where the history reads its `returned` transition."""
+    resumed = '{"facts": {"slurm": {"action": "resume", "path": "health-check"}}}'
+    (tmp_path / "20261101T030000Z-pass.json").write_text(resumed)
+    (tmp_path / "20261101T030500Z-pass.json").write_text('{"facts": {"slurm": {"action": "keep"}}}')
+    (tmp_path / "20261101T031000Z-pass.json").write_text("{}")
+    kept_reports.prune(tmp_path)
+    assert names(tmp_path) == ["20261101T030000Z-pass.json", "20261101T031000Z-pass.json"]
+
+
 def test_at_most_keep_max_files_the_oldest_going_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kept_reports, "KEEP_MAX", 3)
     for minute in range(5):

@@ -45,12 +45,13 @@ def file_name(report: Report, active: bool, taken: set[str]) -> str:
 
 
 def prune(directory: Path) -> None:
-    """Every passive pass but the newest, then the oldest beyond KEEP_MAX, but never the newest run of active checks
-    that passed or only warned: "no active check passed in N days" and its figures are read from it."""
+    """Every passive pass but the newest (and those that resumed the node), then the oldest beyond KEEP_MAX, but never
+    the newest run of active checks that passed or only warned: "no active check passed in N days" and its figures
+    are read from it."""
     kept = sorted((m.group(1), int(m.group(2) or 1), m.group(3), bool(m.group(4)), p.name)
                   for p in directory.iterdir() if (m := NAME.fullmatch(p.name)))
     passes = [k for k in kept if k[2] == "pass" and not k[3]]
-    doomed = {k[4] for k in passes[:-1]}
+    doomed = {k[4] for k in passes[:-1] if not returned_a_node(directory / k[4])}
     active_passes = [k[4] for k in kept if k[3] and k[2] in ("pass", "warn")]
     spared = set(active_passes[-1:])
     rest = [k for k in kept if k[4] not in doomed and k[4] not in spared]
@@ -58,6 +59,17 @@ def prune(directory: Path) -> None:
     for name in doomed:
         with contextlib.suppress(FileNotFoundError):  # another run pruned it first
             (directory / name).unlink()
+
+
+def returned_a_node(path: Path) -> bool:
+    """Whether this kept pass resumed the node in Slurm: the history's `returned` transition is read from it, so it
+    is kept like any other report (until KEEP_MAX), not as one more passive pass."""
+    try:
+        doc = read(path)
+    except (OSError, ValueError, RecursionError):
+        return False
+    told = ((doc.get("facts") or {}).get("slurm") or {}) if isinstance(doc, dict) else {}
+    return isinstance(told, dict) and told.get("action") == "resume"
 
 
 def last_active_pass(report: Report, active: bool) -> str | None:
