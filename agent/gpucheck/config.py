@@ -170,12 +170,7 @@ def read_breaker(target: Path, entries: object) -> BreakerSettings:
     """node.yaml's `breaker:`; what it leaves out keeps its default."""
     if entries is None:
         return BreakerSettings()
-    if not isinstance(entries, dict):
-        raise ConfigError(f"{target}: 'breaker' must be a mapping (window_s, fleet_fraction, group_fraction, "
-                          f"groups), not {shape(entries)}")
-    unknown = set(map(str, entries)) - {"window_s", "fleet_fraction", "group_fraction", "groups"}
-    if unknown:
-        raise ConfigError(f"{target}: 'breaker' has unknown key(s) {', '.join(sorted(unknown))}")
+    entries = section(target, "breaker", entries, ("window_s", "fleet_fraction", "group_fraction", "groups"))
     numbers = read_numbers(target, "breaker", entries, BreakerSettings,
                            (("window_s", 1, 7 * 86400), ("fleet_fraction", 0, 1), ("group_fraction", 0, 1)))
     groups = entries.get("groups") or {}
@@ -193,18 +188,23 @@ def read_repair(target: Path, entries: object) -> RepairSettings:
     """node.yaml's `repair:`; what it leaves out keeps its default."""
     if entries is None:
         return RepairSettings()
-    if not isinstance(entries, dict):
-        raise ConfigError(f"{target}: 'repair' must be a mapping (allow_reboot, return_window_s, jobs_wait_s, "
-                          f"burn_s), not {shape(entries)}")
-    unknown = set(map(str, entries)) - {"allow_reboot", "return_window_s", "jobs_wait_s", "burn_s"}
-    if unknown:
-        raise ConfigError(f"{target}: 'repair' has unknown key(s) {', '.join(sorted(unknown))}")
+    entries = section(target, "repair", entries, ("allow_reboot", "return_window_s", "jobs_wait_s", "burn_s"))
     allow = entries.get("allow_reboot", False)
     if not isinstance(allow, bool):
         raise ConfigError(f"{target}: 'repair.allow_reboot' is {shown(allow)}: true or false")
     numbers = read_numbers(target, "repair", entries, RepairSettings,
                            (("return_window_s", 0, 30 * 86400), ("jobs_wait_s", 0, 7 * 86400), ("burn_s", 0, 86400)))
     return RepairSettings(allow_reboot=allow, **numbers)
+
+
+def section(target: Path, name: str, entries: object, keys: tuple[str, ...]) -> dict:
+    """A mapping section of node.yaml holding only `keys`."""
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{target}: '{name}' must be a mapping ({', '.join(keys)}), not {shape(entries)}")
+    unknown = set(map(str, entries)) - set(keys)
+    if unknown:
+        raise ConfigError(f"{target}: '{name}' has unknown key(s) {', '.join(sorted(unknown))}")
+    return entries
 
 
 def read_numbers(target: Path, section: str, entries: dict, defaults: type,
