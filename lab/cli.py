@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from lab import config
-from lab.errors import EXIT_OK, EXIT_UNKNOWN, LabError
+from lab.errors import EXIT_OK, EXIT_UNKNOWN, LabError, reported
 from lab.progress import say
 
 DESCRIPTION = """\
@@ -234,13 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_UNKNOWN
     try:
-        return dispatch(args)
-    except LabError as exc:
-        print(f"lab: error: {exc.message}", file=sys.stderr)
-        return exc.code
-    except KeyboardInterrupt:
-        print("lab: interrupted", file=sys.stderr)
-        return 130
+        return reported(lambda: dispatch(args))
     except BrokenPipeError:  # output piped into `head` and the like
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

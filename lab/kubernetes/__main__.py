@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab.errors import EXIT_FAIL, EXIT_OK, LabError
+from lab.errors import EXIT_FAIL, EXIT_OK, reported
 from lab.kubernetes import control_plane
 from lab.kubernetes.build import build
 from lab.progress import say
@@ -74,17 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("build", "smoke"),
                         help="build: the cached binaries; smoke: a control plane taking a hand-made Node")
     args = parser.parse_args(argv)
-    try:
+
+    def command() -> int:
         if args.command == "build":
             print(build())
             return EXIT_OK
         return EXIT_OK if smoke(build()) else EXIT_FAIL
-    except LabError as exc:
-        print(f"lab: error: {exc.message}", file=sys.stderr)
-        return exc.code
-    except KeyboardInterrupt:
-        print("lab: interrupted", file=sys.stderr)
-        return 130
+    return reported(command)
 
 
 if __name__ == "__main__":
