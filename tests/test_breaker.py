@@ -9,6 +9,7 @@ import pytest
 
 from gpucheck import breaker, config
 from gpucheck.config import BreakerSettings
+from gpucheck.model import EXIT_FAIL
 from gpucheck.slurm import NodeState
 
 NOW = dt.datetime(2026, 11, 29, 18, 30, 0)
@@ -85,3 +86,56 @@ def test_node_yaml_gives_the_breaker_its_groups(tmp_path):
     path.write_text("breaker:\n  window_s: 300\n  groups:\n    rack: {name: B, nodes: [b1, b2]}\n")
     settings = config.load(path).breaker
     assert settings == BreakerSettings(window_s=300.0, groups={"rack": ("B", ("b1", "b2"))})
+
+
+class Slurmctld:
+    """Slurm as drain_rule.tell sees it: drains stamped to the second, by the controller, as they arrive."""
+
+    def __init__(self, *names: str) -> None:
+        self.nodes = {name: NodeState(name, "IDLE", "") for name in names}
+
+    def drain(self, name: str, reason: str) -> None:
+        stamp = dt.datetime.now().isoformat(timespec="seconds")
+        self.nodes[name] = NodeState(name, "IDLE+DRAIN", reason, reason_at=stamp)
+
+    def scontrol(self, args: list[str], node: str = "", doing: str = "") -> str:
+        name = args[1].removeprefix("nodename=")
+        if args[2] == "state=drain":
+            self.drain(name, args[3].removeprefix("reason="))
+        else:
+            self.nodes[name] = NodeState(name, "IDLE", "")
+        return ""
+
+
+def test_a_drain_made_while_another_node_asks_again_is_seen_before_it_decides(monkeypatch):
+    """a and c drained; c asks again while b's drain, made in the same second, is still on its way to slurmctld.
+    tell waits until that second is over there before asking: c then sees a, b, c and takes its drain back (asked at
+    once it saw a and c only, and kept a drain past the limit)."""
+    from gpucheck import drain_rule
+
+    slurm = Slurmctld("a", "b", "c", "d")
+    slurm.drain("a", WATCH)
+    waits: list[float] = []
+
+    def meanwhile(seconds: float) -> None:  # the time tell waits, in which b's drain reaches slurmctld
+        waits.append(seconds)
+        slurm.drain("b", WATCH)
+
+    monkeypatch.setattr(drain_rule, "show_node", lambda name: slurm.nodes[name])
+    monkeypatch.setattr(drain_rule, "all_nodes", lambda: dict(slurm.nodes))
+    monkeypatch.setattr(drain_rule, "scontrol", slurm.scontrol)
+    monkeypatch.setattr(drain_rule.time, "sleep", meanwhile)
+    settings = BreakerSettings(fleet_fraction=0.5)
+    action = drain_rule.tell("watch", EXIT_FAIL, ["gpu.xid Xid 79 on 0000:18:00"], "c", held_by=settings)
+    assert action.verb == "held" and "3 of 4 nodes drained by gpucheck" in action.reason, action
+    assert "(its drain taken back)" in action.reason and not slurm.nodes["c"].drained
+    assert len(waits) == 1 and 1 + breaker.CLOCK_SKEW_S - 1 < waits[0] <= 1 + breaker.CLOCK_SKEW_S, waits
+    assert drain_rule.tell("watch", EXIT_FAIL, ["gpu.xid Xid 79"], "d", held_by=settings).verb == "held"
+    assert len(waits) == 1  # held before its drain: nothing made, nothing to wait for
+
+
+def test_settle_s_is_the_rest_of_the_stamps_second_and_the_clocks_skew():
+    stamp = dt.datetime(2026, 11, 29, 18, 30, 0)
+    assert breaker.settle_s(stamp, stamp + dt.timedelta(seconds=0.25)) == 1.75
+    assert breaker.settle_s(stamp, stamp + dt.timedelta(seconds=3)) == 0.0
+    assert breaker.settle_s(None) == 0.0

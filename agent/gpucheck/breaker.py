@@ -5,8 +5,10 @@ automatic paths (the watcher, the health check, a prolog, a scheduled check) hol
 gpucheck's recent drains are counted in the order Slurm stamped them (then by node name): a node whose place in
 that order, in the fleet or in one of its groups, is past the limit is held. Every node computes the same order
 from the same Slurm state, so two watchers that drained at the same moment agree on which of them went past the
-limit: that one takes its drain back (`drain_rule.tell` asks `held` again after draining). A limit is
-max(1, fraction x size): one node of any group may always be drained.
+limit: that one takes its drain back (`drain_rule.tell` asks `held` again after draining, once `settle_s` has
+passed: Slurm stamps to the second by its own clock, so only when that second is over there has every drain stamped
+in it reached slurmctld; asked sooner, two watchers each saw the other's drain missing and both kept theirs). A limit
+is max(1, fraction x size): one node of any group may always be drained.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .slurm import NodeState
 
 GPUCHECK_HOLDERS = ("passive", "active", "watch")  # the upgrade drains one node at a time, by plan: not counted
 AUTOMATIC_PATHS = ("watch", "health-check", "prolog", "scheduled")  # `cluster --drain` has a person reading it
+CLOCK_SKEW_S = 1.0  # how far a node's clock may be from slurmctld's (NTP keeps a cluster's far closer)
 
 
 def limit(fraction: float, size: int) -> int:
@@ -30,6 +33,15 @@ def stamped(node: NodeState) -> dt.datetime | None:
         return dt.datetime.fromisoformat(node.reason_at)
     except ValueError:
         return None
+
+
+def settle_s(stamp: dt.datetime | None, now: dt.datetime | None = None) -> float:
+    """Seconds until every drain Slurm stamped up to `stamp` is visible to every node, so that the order of those
+    drains is final."""
+    if stamp is None:
+        return 0.0
+    over = stamp + dt.timedelta(seconds=1 + CLOCK_SKEW_S)
+    return max(0.0, (over - (now or dt.datetime.now())).total_seconds())
 
 
 def held(settings: BreakerSettings, nodes: dict[str, NodeState], name: str, holders: dict[str, str],
