@@ -14,8 +14,8 @@ XDIST   = -n $(JOBS) --dist loadgroup --no-loadscope-reorder
 # every worker collects every test module and the tests start many Python processes, each of which would compile
 # its modules again (measured: collecting the suite, 5.1 CPU-s a process without bytecode, 1.7 s with it).
 PYTEST  = PYTHONDONTWRITEBYTECODE= $(PY) -m pytest $(XDIST)
-# What `make check` leaves out: the tests marked (or given, by the fixture they use) lab, sshd or slurm.
-DAEMONS = lab or sshd or slurm
+# What `make check` leaves out: the tests marked (or given, by the fixture they use) lab, sshd, slurm or kubernetes.
+DAEMONS = lab or sshd or slurm or kubernetes
 
 .PHONY: demo test check lint deps setup clean
 
@@ -25,7 +25,7 @@ demo: setup            ## bring up the lab, provision it with site.yml, validate
 test: setup            ## the whole suite, lab integration tests included (needs root)
 	$(PYTEST) $(ARGS)
 
-check: lint            ## the loop to run after each change: lint, then every test that needs no lab, sshd or Slurm
+check: lint            ## the loop to run after each change: lint, then every test that needs no lab, sshd, Slurm or Kubernetes
 	GPUCHECK_TESTS_NO_DAEMONS=1 $(PYTEST) -m "not ($(DAEMONS))" $(ARGS)
 
 lint: setup

@@ -35,10 +35,13 @@ def cuda_devices() -> int:
 
 
 # The fixtures that start what `make check` leaves out, and the mark each gives the tests using it (directly or
-# through another fixture), so `-m "not lab and not sshd and not slurm"` keeps exactly the tests that need none.
+# through another fixture), so `-m "not (lab or sshd or slurm or kubernetes)"` keeps exactly the tests that need none.
 # A test that starts one another way fails under `make check` (support.starting) until it carries the mark.
-DAEMON_FIXTURES = {"lab_session": "lab", "lab2": "lab", "lab4": "lab", "sshd": "sshd", "slurm": "slurm"}
+DAEMON_FIXTURES = {"lab_session": "lab", "lab2": "lab", "lab4": "lab", "sshd": "sshd", "slurm": "slurm",
+                   "kube": "kubernetes"}
 LAB_GROUP = "lab"  # pytest-xdist: every lab test on one worker, in order (the machine holds one lab at a time)
+# Every test of the Kubernetes control plane on one worker too: one build (minutes, cached after), one plane.
+KUBERNETES_GROUP = "kubernetes"
 
 
 def mark_daemons(item: pytest.Item) -> None:
@@ -48,9 +51,11 @@ def mark_daemons(item: pytest.Item) -> None:
 
 
 def group_of(item: pytest.Item) -> str:
-    """The unit a worker takes whole: the lab tests together (one worker, in order), every other test with its file
-    (its module fixtures paid once)."""
-    return LAB_GROUP if item.get_closest_marker("lab") else item.nodeid.split("::", 1)[0]
+    """The unit a worker takes whole: the lab tests together (one worker, in order), the Kubernetes control plane's
+    together, every other test with its file (its module fixtures paid once)."""
+    if item.get_closest_marker("lab"):
+        return LAB_GROUP
+    return KUBERNETES_GROUP if item.get_closest_marker("kubernetes") else item.nodeid.split("::", 1)[0]
 
 
 def group(item: pytest.Item) -> None:

@@ -18,8 +18,8 @@ FIXTURES = ROOT / "tests" / "fixtures"  # real tool outputs, with their provenan
 REAL = FIXTURES / "real"  # published outputs (real/SOURCES.md)
 MEASURED = FIXTURES / "measured"  # measured for this project on an H100 and an H200 (a README.md in each)
 TEST_PROFILES = Path(__file__).resolve().parent / "profiles"
-# Set by `make check`, the loop that runs only the tests needing no lab, no sshd and no Slurm (`-m "not lab and
-# not sshd and not slurm"`): a test that starts one of them without carrying its mark fails there, saying so.
+# Set by `make check`, the loop that runs only the tests needing no lab, sshd, Slurm or Kubernetes (`-m "not lab and
+# not sshd and not slurm and not kubernetes"`): a test that starts one of them without carrying its mark fails there.
 NO_DAEMONS = "GPUCHECK_TESTS_NO_DAEMONS"
 
 
@@ -28,8 +28,8 @@ def starting(what: str, mark: str) -> None:
     here there lacks its mark; conftest.py's DAEMON_FIXTURES gives it to the tests that use the usual fixture)."""
     if os.environ.get(NO_DAEMONS):
         raise AssertionError(f"this test starts {what} but is not marked `{mark}`: `make check` ({NO_DAEMONS} set) "
-                             f"runs only the tests that need no lab, sshd or Slurm; mark it (pytest.mark.{mark}) "
-                             "or use the usual fixture")
+                             "runs only the tests that need no lab, sshd, Slurm or Kubernetes; mark it "
+                             f"(pytest.mark.{mark}) or use the usual fixture")
 
 
 def run_gpucheck(args: list[str], env: dict[str, str] | None = None, timeout: float = 120,

@@ -26,7 +26,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workloads": FOUNDATION | {"workloads"},
     "gpuwork": {"gpuwork"},  # runs in a child process per GPU: the standard library, CuPy, NumPy, pynvml only
     "cluster": FOUNDATION | {"cluster", "cli_types", "history", "parsers", "report", "workloads"},
-    "cli": FOUNDATION | {"cli_types", "node", "parsers", "report", "stopped_run"},
+    "cli": FOUNDATION | {"cli_types", "node", "parsers", "report", "stopped_run", "tell"},
+    "tell": FOUNDATION | {"kubernetes"},
+    "kubernetes": FOUNDATION | {"kubernetes"},
     "stopped_run": FOUNDATION | {"node", "report"},
     "kept_cli": FOUNDATION | {"cli_types", "node"},
     "history": FOUNDATION | {"history", "cli_types", "report"},  # report: how a count or a figure is written

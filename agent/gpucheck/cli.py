@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import config, netbench, profiles, stopped_run
+from . import config, netbench, profiles, stopped_run, tell
 from .cli_types import EXIT_CODES_HELP, Bounded, Parser, fail, gpu_index, port, seconds
 from .files import read_file, write_atomically, write_output
-from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
+from .model import EXIT_OK, EXIT_UNKNOWN
 from .node.kernel_log import XID_LOOKBACK_S
 
 MAX_PARSE_INPUT_B = 64 * 1024 * 1024  # `gpucheck parse` reads at most this: no tool log is larger
@@ -54,6 +54,8 @@ examples:
   gpucheck node --profile dgx-h100 --skip gpu.xid
   gpucheck node --slurm                  as Slurm's HealthCheckProgram, prolog or epilog: drain on a failure
                                          with a `gpucheck:` reason, resume only gpucheck's own drains
+  gpucheck node --kubernetes --kubeconfig /etc/kubernetes/admin.conf
+                                         taint this node's Node on a failure (the same rules, docs/kubernetes.md)
 
 --slurm: the passive checks within --deadline (default 60 s, as NHC), then `scontrol update`: a failure
 drains this node (reason "gpucheck: <check> <why>") unless someone else drained it; a pass or a warning
@@ -61,6 +63,11 @@ resumes it only if its drain reason starts with "gpucheck:"; a run that could no
 error) changes nothing. Exit 2 on a failure (the node is drained; a prolog's failure requeues the job), 3
 when scontrol could not act, else 0, also after a harness error: a prolog that exits non-zero makes Slurm
 drain the node itself, and a blip must not.
+
+--kubernetes: the same for this node's Node (--kubernetes-node, else $NODE_NAME, else the host's name): the
+condition GPUCheckHealthy and the label gpucheck/health say the verdict, a failure adds the taint
+gpucheck/unhealthy:NoSchedule, which only a pass that may (the rules above) removes; an admin's cordon and
+taints are never touched. With --full (a Job's run), an active check's rules. Exit codes as --slurm's.
 """
 
 
@@ -122,6 +129,12 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--slurm", action="store_true", help="tell Slurm: drain this node on a failure, resume "
                       "gpucheck's own drain on a pass (see below); passive checks only, --deadline 60 by default")
     node.add_argument("--scheduled", metavar="KIND", type=scheduled_kind, help=SCHEDULED_HELP)
+    node.add_argument("--kubernetes", action="store_true", help="tell Kubernetes: this node's Node gets the "
+                      "verdict as a condition and a label, and a taint on a failure (see below)")
+    node.add_argument("--kubernetes-node", metavar="NAME", help="this node's Node (default: $NODE_NAME, as "
+                      "deploy/kubernetes sets it from the pod's spec.nodeName, else this host's name)")
+    node.add_argument("--kubeconfig", metavar="FILE", help="for --kubernetes (default: in a pod its service "
+                      "account, else $KUBECONFIG, else ~/.kube/config)")
     node.add_argument("--slurm-node", metavar="NAME", help="this node's NodeName in Slurm (default: "
                       "$SLURMD_NODENAME, else the node whose NodeName or NodeHostName is this host's name)")
 
@@ -208,6 +221,10 @@ def node_report(args: argparse.Namespace) -> int:
              "by hand, run gpucheck node --full")
     if args.slurm_node and not (args.slurm or args.scheduled):
         fail("--slurm-node needs --slurm or --scheduled")
+    if args.kubernetes and (args.slurm or args.scheduled):
+        fail("--kubernetes and --slurm (or --scheduled) each tell a scheduler: give one")
+    if (args.kubernetes_node or args.kubeconfig) and not args.kubernetes:
+        fail("--kubernetes-node and --kubeconfig need --kubernetes")
     deadline = args.deadline if args.deadline is not None or not args.slurm else SLURM_DEADLINE_S
     try:
         site = config.load(args.config)
@@ -226,10 +243,10 @@ def node_report(args: argparse.Namespace) -> int:
     report.facts["last_active_pass"] = kept_reports.last_active_pass(report, active)
     if not active and (args.format == "prometheus" or site.prometheus_textfile):  # only that text carries them:
         report.last_active = kept_reports.last_active_results()  # the last active run's figures, between two
-    # Slurm is told first: a node that failed is drained even when its report cannot be written (a full disk), and
-    # the kept report says what was done (facts.slurm: the history's transitions)
-    code = tell_slurm(args.slurm_node, report, args.scheduled, site.breaker) if args.slurm or args.scheduled \
-        else report.exit_code
+    # The scheduler is told first: a node that failed is drained even when its report cannot be written (a full
+    # disk), and the kept report says what was done (facts.slurm: the history's transitions)
+    told = tell.chosen(args, site, active)
+    code = told(report) if told else report.exit_code
     if note := kept_reports.keep(report, render(report, "json"), active):  # the history's copy on the node
         print(f"gpucheck: note: {note}", file=sys.stderr)
     if note := write_textfile(site.prometheus_textfile, report):
@@ -241,7 +258,7 @@ def node_report(args: argparse.Namespace) -> int:
     try:
         write_output(args.output, text)
     except OSError as exc:
-        if not (args.slurm or args.scheduled):
+        if not (args.slurm or args.scheduled or args.kubernetes):
             fail(f"cannot write {args.output}: {exc.strerror or exc}")
         print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc} (Slurm was told first)",
               file=sys.stderr)
@@ -263,27 +280,6 @@ def write_textfile(path: str | None, report: Any) -> str | None:
     except OSError as exc:
         return f"the Prometheus textfile {path} is not written: {exc.strerror or exc}"
     return None
-
-
-def tell_slurm(node: str | None, report: Any, scheduled: str | None = None, held_by: Any = None) -> int:
-    """Drain or resume this node in Slurm by the report's verdict and drain_rule's table (a drain put to the
-    breaker, node.yaml's `held_by`); the exit code --slurm gives. The path is the scheduled check's, a prolog's or
-    epilog's (Slurm says so in SLURM_SCRIPT_CONTEXT), else the health check's."""
-    from . import drain_rule, slurm
-
-    context = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
-    path = "scheduled" if scheduled else "prolog" if context.startswith(("prolog", "epilog")) else "health-check"
-    try:
-        action = drain_rule.tell(path, report.exit_code, drain_rule.findings(report.results), node, scheduled,
-                                 held_by)
-    except slurm.SlurmError as exc:
-        print(f"gpucheck: slurm: {exc}", file=sys.stderr)
-        return EXIT_UNKNOWN
-    print(f"gpucheck: slurm: {action.describe()}", file=sys.stderr)
-    report.facts["slurm"] = action.record(path)
-    if action.verb == "held":  # a prolog's non-zero exit would make Slurm drain the node itself
-        return EXIT_OK
-    return EXIT_FAIL if drain_rule.verdict_of(report.exit_code) == "fail" else EXIT_OK  # drained now, or before
 
 
 def cmd_parse(args: argparse.Namespace) -> int:

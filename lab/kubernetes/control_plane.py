@@ -97,6 +97,7 @@ def start(cache_dir: Path, run_dir: Path) -> ControlPlane:
                   f"--initial-cluster=default=http://127.0.0.1:{peer_port}"], f"{etcd_url}/health"),
         ("kube-apiserver", [f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", f"--secure-port={api_port}",
                             "--insecure-port=0", f"--token-auth-file={tokens}", "--authorization-mode=Node,RBAC",
+                            "--allow-privileged=true",  # as kubeadm sets it: GPU node agents run privileged
                             "--endpoint-reconciler-type=none", f"--service-cluster-ip-range={SERVICE_RANGE}",
                             "--service-account-issuer=https://kubernetes.default.svc",
                             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",

@@ -31,6 +31,8 @@ def one_line_error(done) -> str:
     (["parse", "nccl-tests", "/nonexistent.log"], "cannot read /nonexistent.log"),
     (["parse", "no-such-kind", "-"], "invalid choice"),
     (["node", "--config", "/nonexistent/node.yaml"], "does not exist"),
+    (["node", "--kubernetes", "--slurm"], "--kubernetes and --slurm (or --scheduled) each tell a scheduler"),
+    (["node", "--kubeconfig", "/etc/kubernetes/admin.conf"], "--kubernetes-node and --kubeconfig need --kubernetes"),
 ])
 def test_bad_input_is_one_line_and_exit_3(args, words):
     assert words in one_line_error(run_gpucheck(args))

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import slurmkit
-from gpucheck import cli, drain_rule
+from gpucheck import drain_rule, tell
 from gpucheck.cluster.slurm.drain import apply_verdicts
 from gpucheck.main import main
 from gpucheck.model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, Status
@@ -75,13 +75,13 @@ def run_path(path: str, node: str, verdict: str, monkeypatch) -> None:
     """The path's own code, as it runs in production, told `verdict` about `node`."""
     if path in ("health-check", "scheduled"):
         told = report(verdict)
-        code = cli.tell_slurm(node, told, "weekly" if path == "scheduled" else None)
+        code = tell.slurm(node, told, "weekly" if path == "scheduled" else None)
         assert told.facts["slurm"]["path"] == path  # the kept report says what was done (history's transitions)
     elif path == "prolog":
         with monkeypatch.context() as env:
             env.setenv("SLURMD_NODENAME", node)
             env.setenv("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")
-            code = cli.tell_slurm(None, report(verdict))
+            code = tell.slurm(None, report(verdict))
     elif path == "cluster":
         _, error = apply_verdicts({node: (node, verdict, [FINDING] if verdict == "fail" else [])})
         code = EXIT_UNKNOWN if error else EXIT_OK

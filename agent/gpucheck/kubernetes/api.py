@@ -1,0 +1,123 @@
+"""gpucheck's conversation with the Kubernetes API: read this node's Node, write what node_rule decided.
+
+Through the official client (the `kubernetes` package: its kubeconfig and in-cluster configuration, its transport),
+without its models: the Node is read and patched as JSON, so a field an older or newer API server has or lacks is
+never a model error. Only core/v1 Node and its status subresource, stable from 1.20 to today's releases.
+
+Its rights are deploy/kubernetes/10-rbac.yaml's and no more: get and patch nodes, patch nodes/status. Labels and the
+taint go in one merge patch carrying the resourceVersion it was decided on (a change made meanwhile, an admin's
+taint say, is a conflict: read again and decide again, never overwritten); the condition in a strategic merge patch
+of the status (merged by type: the kubelet's own conditions stay).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+from typing import Any
+
+from . import node_rule
+
+TIMEOUT_S = 10.0  # per request
+TRIES = 5  # reads and decisions, when a write meets a change made meanwhile
+
+
+class KubernetesError(Exception):
+    """The API could not be asked or refused. str(e) is one line."""
+
+
+class Conflict(KubernetesError):
+    """The Node changed since it was read."""
+
+
+def this_node(name: str | None = None) -> str:
+    """The Node's name: given, or the pod's spec.nodeName (NODE_NAME, deploy/kubernetes), or the host's name as the
+    kubelet registers it by default."""
+    return name or os.environ.get("NODE_NAME") or socket.gethostname().lower()
+
+
+def connect(kubeconfig: str | None = None) -> Any:
+    """A CoreV1Api: from `kubeconfig`, else in a pod from its service account, else $KUBECONFIG or ~/.kube/config."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise KubernetesError("the Kubernetes client is not installed here: pip install 'gpucheck[kubernetes]' "
+                              "(the `kubernetes` package)") from None
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+        else:
+            config.load_kube_config()
+    except Exception as exc:  # ConfigException, a file that cannot be read or parsed: the client raises all kinds
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise KubernetesError(f"no Kubernetes configuration from {where}: {_one_line(exc)} (give --kubeconfig, set "
+                              "KUBECONFIG, or run in a pod)") from None
+    return client.CoreV1Api()
+
+
+def read_node(api: Any, name: str) -> dict[str, Any]:
+    return _call(f"read Node {name}", api.read_node, name)
+
+
+def tell(path: str, exit_code: int, findings: list[str], node: str | None = None, kubeconfig: str | None = None,
+         active_passed: bool = False) -> node_rule.Change:
+    """What `path`'s run did to this node's Node (or `node`'s): decided by node_rule, written. Raises
+    KubernetesError."""
+    api, name = connect(kubeconfig), this_node(node)
+    for _ in range(TRIES):
+        current = read_node(api, name)
+        change = node_rule.decide(current, path, exit_code, findings, active_passed)
+        try:
+            write(api, change, current)
+        except Conflict:
+            continue
+        return change
+    raise KubernetesError(f"Node {name} kept changing while gpucheck wrote to it ({TRIES} tries): nothing written")
+
+
+def write(api: Any, change: node_rule.Change, current: dict[str, Any]) -> None:
+    name = change.node
+    if change.labels or change.taints is not None:
+        body: dict[str, Any] = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"],
+                                             "labels": change.labels}}
+        if change.taints is not None:
+            body["spec"] = {"taints": change.taints}
+        _call(f"patch Node {name}", api.patch_node, name, body, _content_type="application/merge-patch+json")
+    if change.condition is not None:
+        condition = node_rule.condition_with_times(change, current, dt.datetime.now(dt.timezone.utc))
+        _call(f"patch Node {name}'s status", api.patch_node_status, name, {"status": {"conditions": [condition]}},
+              _content_type="application/strategic-merge-patch+json")
+
+
+def _call(what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        response = method(*args, _preload_content=False, _request_timeout=TIMEOUT_S, **kwargs)
+        return json.loads(response.data or b"{}")
+    except ApiException as exc:
+        if exc.status == 409:
+            raise Conflict(f"cannot {what}: it changed meanwhile") from None
+        raise KubernetesError(f"cannot {what}: {_refusal(exc)}") from None
+    except (HTTPError, OSError, ValueError) as exc:
+        raise KubernetesError(f"cannot {what}: the API server did not answer ({_one_line(exc)})") from None
+
+
+def _refusal(exc: Any) -> str:
+    try:
+        message = json.loads(exc.body).get("message") or exc.reason
+    except (TypeError, ValueError, AttributeError):
+        message = exc.reason
+    hint = {401: " (the credentials were refused)",
+            403: " (gpucheck's rights are deploy/kubernetes/10-rbac.yaml's: get and patch nodes, patch nodes/status)",
+            404: " (give the Node's name with --kubernetes-node, or NODE_NAME from the pod's spec.nodeName)"}
+    return f"{exc.status} {_one_line(message)}{hint.get(exc.status, '')}"
+
+
+def _one_line(exc: object) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
