@@ -20,10 +20,11 @@ def node(name: str, reason: str = "", ago_s: float | None = None) -> NodeState:
     return NodeState(name, "IDLE+DRAIN" if reason else "IDLE", reason, reason_at=stamp)
 
 
-def holders(nodes: dict[str, NodeState]) -> dict[str, str]:
+def stamps(nodes: dict[str, NodeState]) -> dict[str, dt.datetime | None]:
+    """What drain_rule gives the breaker: each node's drain time where gpucheck drained it."""
     from gpucheck.drain_rule import holder_of
 
-    return {n: holder_of(s) for n, s in nodes.items()}
+    return {n: breaker.stamped(s) if holder_of(s) in breaker.GPUCHECK_HOLDERS else None for n, s in nodes.items()}
 
 
 def fleet(*states: NodeState) -> dict[str, NodeState]:
@@ -36,15 +37,15 @@ WATCH = "gpucheck: watch: gpu.xid GPU 0000:18:00 has fallen off the bus"
 def test_the_drain_past_the_fleets_limit_is_held_and_says_how_many():
     nodes = fleet(node("a", WATCH, 60), node("b", "gpucheck: gpu.ecc_errors 2", 30), node("c"), node("d"))
     settings = BreakerSettings(fleet_fraction=0.5)
-    said = breaker.held(settings, nodes, "c", holders(nodes), NOW)
+    said = breaker.held(settings, stamps(nodes), "c", NOW)
     assert said.startswith("held by breaker: 3 of 4 nodes drained by gpucheck within 10 min")
-    assert breaker.held(BreakerSettings(fleet_fraction=0.75), nodes, "c", holders(nodes), NOW) is None
+    assert breaker.held(BreakerSettings(fleet_fraction=0.75), stamps(nodes), "c", NOW) is None
 
 
 def test_only_gpuchecks_recent_drains_count():
     nodes = fleet(node("a", WATCH, 601), node("b", "PSU swap", 30), node("c", "gpucheck: upgrade to r550", 10),
                   node("d"))
-    assert breaker.held(BreakerSettings(fleet_fraction=0.25), nodes, "d", holders(nodes), NOW) is None
+    assert breaker.held(BreakerSettings(fleet_fraction=0.25), stamps(nodes), "d", NOW) is None
 
 
 def test_a_rack_has_a_limit_of_its_own_and_one_node_may_always_go():
@@ -52,18 +53,18 @@ def test_a_rack_has_a_limit_of_its_own_and_one_node_may_always_go():
     others = (node(f"x{i}") for i in range(8))
     nodes = fleet(node("b1", WATCH, 50), node("b2", WATCH, 40), node("b3"), node("b4"), *others)
     settings = BreakerSettings(fleet_fraction=1.0, group_fraction=0.5, groups={"rack": rack})
-    assert breaker.held(settings, nodes, "b3", holders(nodes), NOW).startswith(
+    assert breaker.held(settings, stamps(nodes), "b3", NOW).startswith(
         "held by breaker: 3 of 4 nodes of rack B drained by gpucheck")
     alone = fleet(node("solo"))
-    assert breaker.held(BreakerSettings(fleet_fraction=0.01), alone, "solo", {}, NOW) is None
+    assert breaker.held(BreakerSettings(fleet_fraction=0.01), stamps(alone), "solo", NOW) is None
 
 
 def test_two_drains_at_once_agree_on_which_one_went_past_the_limit():
     """Both watchers drained in the same second; asked again after, each sees the same order: the later name is held."""
     nodes = fleet(node("a", WATCH, 5), node("c", WATCH, 0), node("d", WATCH, 0), node("e"))
     settings = BreakerSettings(fleet_fraction=0.5)
-    assert breaker.held(settings, nodes, "c", holders(nodes), NOW) is None
-    assert "3 of 4 nodes" in breaker.held(settings, nodes, "d", holders(nodes), NOW)
+    assert breaker.held(settings, stamps(nodes), "c", NOW) is None
+    assert "3 of 4 nodes" in breaker.held(settings, stamps(nodes), "d", NOW)
 
 
 @pytest.mark.parametrize("text, says", [

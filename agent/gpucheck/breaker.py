@@ -2,8 +2,9 @@
 than a set share of the fleet, or of one rack or leaf switch, were drained by gpucheck within a window, gpucheck's
 automatic paths (the watcher, the health check, a prolog, a scheduled check) hold further drains and say so.
 
-gpucheck's recent drains are counted in the order Slurm stamped them (then by node name): a node whose place in
-that order, in the fleet or in one of its groups, is past the limit is held. Every node computes the same order
+gpucheck's recent drains are counted in the order they were stamped (then by node name): by Slurm, a drain's
+reason time; on Kubernetes, gpucheck's taint's annotation (kubernetes/node_rule). A node whose place in that order,
+in the fleet or in one of its groups, is past the limit is held. Every node computes the same order
 from the same Slurm state, so two watchers that drained at the same moment agree on which of them went past the
 limit: that one takes its drain back (`drain_rule.tell` asks `held` again after draining, once `settle_s` has
 passed: Slurm stamps to the second by its own clock, so only when that second is over there has every drain stamped
@@ -44,24 +45,24 @@ def settle_s(stamp: dt.datetime | None, now: dt.datetime | None = None) -> float
     return max(0.0, (over - (now or dt.datetime.now())).total_seconds())
 
 
-def held(settings: BreakerSettings, nodes: dict[str, NodeState], name: str, holders: dict[str, str],
+def held(settings: BreakerSettings, stamps: dict[str, dt.datetime | None], name: str,
          now: dt.datetime | None = None) -> str | None:
     """Why a drain of node `name` is held ("held by breaker: 3 of 4 nodes of rack B drained by gpucheck within 10
-    min"), or None. `nodes` is every node as Slurm has it now (`name` included, drained or not yet); `holders` says
-    who holds each (drain_rule.holder_of), so only gpucheck's own recent drains count; `name`, not yet drained by
-    gpucheck, counts as drained now. Its place in the order of those drains decides, in the fleet and in each of its
-    groups (node.yaml's breaker.groups)."""
+    min"), or None. `stamps` has every node of the fleet (`name` included) with when gpucheck drained it, or None
+    where gpucheck holds it not (in service, an admin's, the upgrade's): only gpucheck's own recent drains count.
+    `name`, not yet drained by gpucheck, counts as drained now. Its place in the order of those drains decides, in
+    the fleet and in each of its groups (node.yaml's breaker.groups). `now` and the stamps: both naive local
+    times, or both aware."""
     now = now or dt.datetime.now()
     since = now - dt.timedelta(seconds=settings.window_s)
     order: list[tuple[dt.datetime, str]] = []
-    for node in nodes.values():
-        at = stamped(node) if holders.get(node.name) in GPUCHECK_HOLDERS else None
-        if node.name == name and (at is None or at < since):
+    for node, at in stamps.items():
+        if node == name and (at is None or at < since):
             at = now  # the drain being decided
         if at is not None and at >= since:
-            order.append((at, node.name))
+            order.append((at, node))
     order.sort()
-    scopes = [(f"{{}} of {len(nodes)} nodes", set(nodes), settings.fleet_fraction)]
+    scopes = [(f"{{}} of {len(stamps)} nodes", set(stamps), settings.fleet_fraction)]
     scopes += [(f"{{}} of {len(members)} nodes of {kind.replace('_', ' ')} {group}", set(members),
                 settings.group_fraction) for kind, (group, members) in settings.groups.items()]
     for words, members, fraction in scopes:

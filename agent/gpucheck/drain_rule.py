@@ -225,8 +225,9 @@ def tell(path: str, exit_code: int, findings: list[str], node: str | None = None
 
 
 def _held(settings: BreakerSettings, name: str) -> str | None:
-    nodes = all_nodes()
-    return breaker.held(settings, nodes, name, {n: holder_of(state) for n, state in nodes.items()})
+    stamps = {n: breaker.stamped(state) if holder_of(state) in breaker.GPUCHECK_HOLDERS else None
+              for n, state in all_nodes().items()}
+    return breaker.held(settings, stamps, name)
 
 
 def render_table() -> str:

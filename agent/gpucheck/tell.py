@@ -26,7 +26,7 @@ def chosen(args: argparse.Namespace, site: Any, active: bool) -> Tell | None:
     if args.slurm or args.scheduled:
         return lambda report: slurm(args.slurm_node, report, args.scheduled, site.breaker)
     if args.kubernetes:
-        return lambda report: kubernetes(args.kubernetes_node, report, active, args.kubeconfig)
+        return lambda report: kubernetes(args.kubernetes_node, report, active, args.kubeconfig, site.breaker)
     return None
 
 
@@ -45,32 +45,35 @@ def slurm(node: str | None, report: Any, scheduled: str | None = None, held_by: 
     except slurm_client.SlurmError as exc:
         print(f"gpucheck: slurm: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
-    print(f"gpucheck: slurm: {action.describe()}", file=sys.stderr)
-    report.facts["slurm"] = action.record(path)
-    if action.verb == "held":
-        return EXIT_OK
-    return _code(report.exit_code)
+    return _said("slurm", path, action, report)
 
 
-def kubernetes(node: str | None, report: Any, active: bool, kubeconfig: str | None = None) -> int:
-    """Taint, untaint or keep this node's Kubernetes Node by the same table (kubernetes/node_rule): a run with
-    active checks (a Job's --full) takes an active check's path, any other the health check's."""
+def kubernetes(node: str | None, report: Any, active: bool, kubeconfig: str | None = None,
+               held_by: Any = None) -> int:
+    """Taint, untaint or keep this node's Kubernetes Node by the same table (kubernetes/node_rule), a taint put to
+    the breaker (node.yaml's `held_by`): a run with active checks (a Job's --full) takes an active check's path, any
+    other the health check's."""
     from . import drain_rule
     from .kubernetes import api
 
     path = "scheduled" if active else "health-check"
     passed = active and report.exit_code in (EXIT_OK, EXIT_WARN)
     try:
-        change = api.tell(path, report.exit_code, drain_rule.findings(report.results), node, kubeconfig, passed)
+        change = api.tell(path, report.exit_code, drain_rule.findings(report.results), node, kubeconfig, passed,
+                          held_by)
     except api.KubernetesError as exc:
         print(f"gpucheck: kubernetes: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
-    print(f"gpucheck: kubernetes: {change.describe()}", file=sys.stderr)
-    report.facts["kubernetes"] = change.record(path)
-    return _code(report.exit_code)
+    return _said("kubernetes", path, change, report)
 
 
-def _code(exit_code: int) -> int:
+def _said(scheduler: str, path: str, done: Any, report: Any) -> int:
+    """What `path` did (a drain_rule.Action or a node_rule.Change: describe, record, verb) said, and kept in the
+    report (facts.slurm or facts.kubernetes: the history's transitions); the exit code."""
     from .drain_rule import verdict_of
 
-    return EXIT_FAIL if verdict_of(exit_code) == "fail" else EXIT_OK  # drained or tainted now, or before
+    print(f"gpucheck: {scheduler}: {done.describe()}", file=sys.stderr)
+    report.facts[scheduler] = done.record(path)
+    if done.verb == "held":
+        return EXIT_OK
+    return EXIT_FAIL if verdict_of(report.exit_code) == "fail" else EXIT_OK  # drained or tainted now, or before

@@ -21,6 +21,7 @@ ROLES = [
     "gpucheck_agent",
     "gpucheck_validate",
     "gpu_upgrade",
+    "gpucheck_kubernetes",
 ]
 
 
@@ -73,6 +74,7 @@ WRONG_TYPES = {
     "nccl_tests": ({"nccl_tests_build_jobs": "many"}, "nccl_tests_build_jobs"),
     "gpucheck_agent": ({"gpucheck_agent_gpu_extra": "cupy-cuda11x"}, "gpucheck_agent_gpu_extra"),
     "gpu_upgrade": ({"gpu_upgrade_job_wait": "four hours"}, "gpu_upgrade_job_wait"),
+    "gpucheck_kubernetes": ({"gpucheck_kubernetes_interval_s": "5 min"}, "gpucheck_kubernetes_interval_s"),
 }
 
 

@@ -42,6 +42,17 @@ def test_a_report_tells_its_transitions():
     assert from_document(node_report("gpu07")).nodes[0].transitions == []  # a run that told Slurm nothing
 
 
+def test_a_taint_on_kubernetes_is_a_drain_and_its_removal_a_return():
+    """facts.kubernetes (gpucheck node --kubernetes) has facts.slurm's shape: the same transitions, the same MTTR."""
+    doc = node_report("gpu07", "2026-11-20T03:00:00Z", status_of={"gpu.ecc_errors": "fail"})
+    doc["facts"]["kubernetes"] = {"path": "health-check", "action": "drain", "holder": "nobody",
+                                  "at": "2026-11-20T03:00:05+00:00", "reason": "gpu.ecc_errors GPU0: 2 uncorrected"}
+    assert [t[:3] for t in from_document(doc).nodes[0].transitions] == [
+        ("2026-11-20T03:00:05Z", "drained", "health-check")]
+    doc["facts"]["kubernetes"].update(action="resume", holder="passive")
+    assert [t[1] for t in from_document(doc).nodes[0].transitions] == ["returned"]
+
+
 def test_mttr_pairs_each_drain_with_its_detection_and_its_return(tmp_path: Path):
     folder = tmp_path / "kept"
     folder.mkdir()

@@ -4,11 +4,13 @@ run that could not judge writes nothing; the agent acts with deploy/kubernetes/1
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import kubekit
+from gpucheck.config import BreakerSettings
 from gpucheck.kubernetes import api, node_rule
 from lab.fakenvml import build_library, env_for, scenario_path
 from support import ROOT, run_gpucheck
@@ -25,9 +27,12 @@ def nvml() -> Path:
 
 
 def gpucheck(kube, nvml: Path, node: str, run: tuple[str, list[str]], *extra: str, kubeconfig: Path | None = None):
-    """`gpucheck node --kubernetes` for Node `node`, the fake NVML playing `run`'s scenario."""
+    """`gpucheck node --kubernetes` for Node `node`, the fake NVML playing `run`'s scenario, no breaker."""
     scenario, args = run
     env = env_for(scenario_path(scenario), nvml)
+    config = kube.run_dir / "node.yaml"  # more of these tests' Nodes are tainted within 10 min than the default 25 %
+    config.write_text("breaker: {fleet_fraction: 1.0, group_fraction: 1.0}\n")
+    env["GPUCHECK_CONFIG"] = str(config)
     return run_gpucheck(["node", "--profile", "dgx-h100", *args, "--kubernetes", "--kubernetes-node", node,
                          "--kubeconfig", str(kubeconfig or kube.kubeconfig), *extra], env)
 
@@ -133,3 +138,24 @@ def test_what_keeps_it_from_the_api_is_one_line_and_exit_3(kube, nvml, tmp_path,
         config.write_text(kube.kubeconfig.read_text().replace(kube.server, "https://127.0.0.1:9"))
     done = gpucheck(kube, nvml, node, PASSES, kubeconfig=config)
     assert done.returncode == 3 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_with_three_of_four_nodes_of_a_rack_failing_at_once_the_breaker_holds_the_third_taint(kube):
+    """Three runs at once, on three Nodes of rack K (group share 0.5: two of four may go): each orders the recent
+    taints by their annotation, then by name, and whichever came third holds its taint (or takes it back)."""
+    rack = ("k1", "k2", "k3", "k4")
+    for name in rack:
+        kubekit.add_node(kube, name, {"rack": "K"})
+    settings = BreakerSettings(fleet_fraction=1.0, group_fraction=0.5, groups={"rack": ("K", rack)})
+    with ThreadPoolExecutor(3) as pool:
+        changes = list(pool.map(lambda name: api.tell("health-check", 2, [f"gpu.xid Xid 79 on {name}"], name,
+                                                      str(kube.kubeconfig), held_by=settings), rack[:3]))
+    verbs = sorted(change.verb for change in changes)
+    assert verbs == ["drain", "drain", "held"], [change.describe() for change in changes]
+    (held,) = [change for change in changes if change.verb == "held"]
+    assert "held by breaker: 3 of 4 nodes of rack K drained by gpucheck within 10 min" in held.why, held.why
+    found = kubekit.node(kube, held.node)
+    assert not gpuchecks_taint(found) and node_rule.TAINTED_AT not in found["metadata"].get("annotations", {})
+    assert kubekit.condition(found, "GPUCheckHealthy")["status"] == "False"  # the failure still said
+    tainted = [kubekit.node(kube, change.node) for change in changes if change.verb == "drain"]
+    assert all(gpuchecks_taint(node) and node_rule.TAINTED_AT in node["metadata"]["annotations"] for node in tainted)

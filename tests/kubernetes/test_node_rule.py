@@ -29,11 +29,18 @@ def test_a_failure_adds_gpuchecks_taint_beside_an_admins_and_says_why():
     assert change.condition == {"type": "GPUCheckHealthy", "status": "False", "reason": "ChecksFailed",
                                 "message": FINDING}
     assert change.labels == {"gpucheck/health": "fail"}
+    assert change.annotations == {"gpucheck/tainted-at": "2026-11-30T01:02:03+00:00"}  # the breaker's order
+    tainted = {"metadata": {"name": "gpu-7", "annotations": change.annotations}, "spec": {"taints": change.taints}}
+    assert node_rule.tainted_at(tainted) == NOW
+    back = node_rule.taken_back(tainted)
+    assert back.taints == [ADMIN] and back.annotations == {"gpucheck/tainted-at": None}
+    assert back.condition is None and back.labels == {}  # the failure still said
 
 
 def test_a_pass_removes_only_a_taint_its_kind_may_remove():
     passive = node_rule.decide(a_node(ADMIN, ours("passive")), "health-check", EXIT_WARN, [])
     assert passive.verb == "resume" and passive.taints == [ADMIN] and passive.labels["gpucheck/health"] == "warn"
+    assert passive.annotations == {"gpucheck/tainted-at": None}
     assert passive.condition["status"] == "True" and passive.condition["reason"] == "ChecksPassedWithWarnings"
     # what an active check or the watcher saw waits for an active check's pass, as on Slurm (docs/slurm.md)
     for kind in ("active", "watch"):

@@ -165,7 +165,8 @@ def node_run(node: str, report: dict[str, Any], status: str | None = None, reaso
                    report=None if own == "pass" else report, transitions=transitions_of(report, facts, own))
 
 
-# What a node's Slurm action makes of it (facts.slurm.action, drain_rule.Action): the states of docs/watch.md.
+# What a node's Slurm action makes of it (facts.slurm.action, drain_rule.Action), or its Kubernetes one
+# (facts.kubernetes, kubernetes/node_rule.Change, the same shape: a taint is a drain): the states of docs/watch.md.
 STATE_OF_ACTION = {"drain": "drained", "held": "held", "resume": "returned"}
 # A repair's steps (repair/flow.py), each a transition of its own.
 REPAIR_STATES = ("waiting", "repairing", "proving", "returned", "needs-hands")
@@ -173,7 +174,7 @@ REPAIR_STATES = ("waiting", "repairing", "proving", "returned", "needs-hands")
 
 def transitions_of(report: dict[str, Any], facts: dict[str, Any], status: str) -> list[tuple[str, str, str, str, str]]:
     """The node's state changes a report tells of: a fault the watcher judged (`detected`, at the run's start),
-    and what its run did in Slurm (`drained`, `held` by the breaker, `returned` to service), at the time it did,
+    and what its run did in Slurm or Kubernetes (`drained`, `held` by the breaker, `returned` to service), when it did,
     or a repair's steps (`waiting`, `repairing`, `proving`, then `returned` or `needs-hands`);
     each with the GPUs the run's failures name (by UUID), so that a GPU's time out of service can be told."""
     failures = [f"{r.get('check')} {r.get('reason') or ''}" for r in report.get("results") or []
@@ -195,11 +196,11 @@ def transitions_of(report: dict[str, Any], facts: dict[str, Any], status: str) -
                    "" if step["state"] == "returned" else named)
                   for step in repair["steps"] if isinstance(step, dict) and step.get("state") in REPAIR_STATES]
         return found
-    slurm = facts.get("slurm")
-    if isinstance(slurm, dict) and slurm.get("action") in STATE_OF_ACTION:
-        state = STATE_OF_ACTION[slurm["action"]]
-        found.append((utc(slurm.get("at")), state, str(text_of(slurm.get("path"))),
-                      str(text_of(slurm.get("reason")) or "")[:500], "" if state == "returned" else gpus))
+    told = facts.get("slurm") or facts.get("kubernetes")  # the workload manager the run told (tell.py): one
+    if isinstance(told, dict) and told.get("action") in STATE_OF_ACTION:
+        state = STATE_OF_ACTION[told["action"]]
+        found.append((utc(told.get("at")), state, str(text_of(told.get("path"))),
+                      str(text_of(told.get("reason")) or "")[:500], "" if state == "returned" else gpus))
     return found
 
 

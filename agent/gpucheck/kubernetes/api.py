@@ -4,8 +4,10 @@ Through the official client (the `kubernetes` package: its kubeconfig and in-clu
 without its models: the Node is read and patched as JSON, so a field an older or newer API server has or lacks is
 never a model error. Only core/v1 Node and its status subresource, stable from 1.20 to today's releases.
 
-Its rights are deploy/kubernetes/10-rbac.yaml's and no more: get and patch nodes, patch nodes/status. Labels and the
-taint go in one merge patch carrying the resourceVersion it was decided on (a change made meanwhile, an admin's
+Its rights are deploy/kubernetes/10-rbac.yaml's and no more: get, list and patch nodes, patch nodes/status. An
+automatic path's taint is first put to the circuit breaker (breaker.py: the Nodes listed, gpucheck's recent taints
+ordered by their annotation), and asked again once made, as drain_rule.tell does for Slurm. Labels and the taint go
+in one merge patch carrying the resourceVersion it was decided on (a change made meanwhile, an admin's
 taint say, is a conflict: read again and decide again, never overwritten); the condition in a strategic merge patch
 of the status (merged by type: the kubelet's own conditions stay).
 """
@@ -16,8 +18,11 @@ import datetime as dt
 import json
 import os
 import socket
+import time
 from typing import Any
 
+from .. import breaker
+from ..config import BreakerSettings
 from . import node_rule
 
 TIMEOUT_S = 10.0  # per request
@@ -64,13 +69,30 @@ def read_node(api: Any, name: str) -> dict[str, Any]:
 
 
 def tell(path: str, exit_code: int, findings: list[str], node: str | None = None, kubeconfig: str | None = None,
-         active_passed: bool = False) -> node_rule.Change:
-    """What `path`'s run did to this node's Node (or `node`'s): decided by node_rule, written. Raises
-    KubernetesError."""
+         active_passed: bool = False, held_by: BreakerSettings | None = None) -> node_rule.Change:
+    """What `path`'s run did to this node's Node (or `node`'s): decided by node_rule, an automatic path's taint put
+    to the breaker (`held_by`, node.yaml's), written. Raises KubernetesError."""
     api, name = connect(kubeconfig), this_node(node)
+    held_by = held_by if path in breaker.AUTOMATIC_PATHS else None  # `cluster --drain` has a person reading it
+    change = _decided(api, name, lambda current: node_rule.decide(current, path, exit_code, findings, active_passed),
+                      held_by)
+    if change.verb != "drain" or held_by is None:
+        return change
+    stamp = dt.datetime.fromisoformat(str(change.annotations[node_rule.TAINTED_AT]))
+    time.sleep(breaker.settle_s(stamp, dt.datetime.now(dt.timezone.utc)))  # the taints made at once all seen
+    if (why := _held(api, held_by, name)) and change.holder == "nobody":  # another node tainted at once, first
+        _decided(api, name, node_rule.taken_back)
+        return change.held(f"{why} (its taint taken back)")
+    return change
+
+
+def _decided(api: Any, name: str, decide: Any, held_by: BreakerSettings | None = None) -> node_rule.Change:
+    """Read the Node, decide, write; again from the read when the Node changed meanwhile."""
     for _ in range(TRIES):
         current = read_node(api, name)
-        change = node_rule.decide(current, path, exit_code, findings, active_passed)
+        change = decide(current)
+        if change.verb == "drain" and held_by is not None and (why := _held(api, held_by, name)):
+            change = change.held(why)
         try:
             write(api, change, current)
         except Conflict:
@@ -79,11 +101,17 @@ def tell(path: str, exit_code: int, findings: list[str], node: str | None = None
     raise KubernetesError(f"Node {name} kept changing while gpucheck wrote to it ({TRIES} tries): nothing written")
 
 
+def _held(api: Any, settings: BreakerSettings, name: str) -> str | None:
+    nodes = _call("list Nodes", api.list_node).get("items") or []
+    stamps = {node["metadata"]["name"]: node_rule.tainted_at(node) for node in nodes}
+    return breaker.held(settings, stamps, name, dt.datetime.now(dt.timezone.utc))
+
+
 def write(api: Any, change: node_rule.Change, current: dict[str, Any]) -> None:
     name = change.node
     if change.labels or change.taints is not None:
         body: dict[str, Any] = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"],
-                                             "labels": change.labels}}
+                                             "labels": change.labels, "annotations": change.annotations}}
         if change.taints is not None:
             body["spec"] = {"taints": change.taints}
         _call(f"patch Node {name}", api.patch_node, name, body, _content_type="application/merge-patch+json")
@@ -114,7 +142,8 @@ def _refusal(exc: Any) -> str:
     except (TypeError, ValueError, AttributeError):
         message = exc.reason
     hint = {401: " (the credentials were refused)",
-            403: " (gpucheck's rights are deploy/kubernetes/10-rbac.yaml's: get and patch nodes, patch nodes/status)",
+            403: " (gpucheck's rights are deploy/kubernetes/10-rbac.yaml's: get, list and patch nodes, patch "
+                 "nodes/status)",
             404: " (give the Node's name with --kubernetes-node, or NODE_NAME from the pod's spec.nodeName)"}
     return f"{exc.status} {_one_line(message)}{hint.get(exc.status, '')}"
 

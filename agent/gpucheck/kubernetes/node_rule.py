@@ -12,6 +12,9 @@
   gpucheck never writes is an admin's too (held as "admin-drain": kept).
 - A run that could not judge the node changes nothing. While gpucheck's taint stays, the condition and the health
   label keep saying what the run that tainted it saw.
+- The taint's time is the annotation `gpucheck/tainted-at` (a NoSchedule taint has no timeAdded): the circuit
+  breaker orders gpucheck's recent taints by it (breaker.py). A taint the breaker held is not made; the condition
+  and the label still say the failure.
 
 `decide` is pure (the Node as the API's JSON, in; the change, out): kubernetes/api.py reads and writes it.
 """
@@ -22,12 +25,13 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import drain_rule
+from .. import breaker, drain_rule
 
 TAINT_KEY = "gpucheck/unhealthy"
 EFFECT = "NoSchedule"
 HEALTH_LABEL = "gpucheck/health"
 ACTIVE_PASS_LABEL = "gpucheck/last-active-pass"
+TAINTED_AT = "gpucheck/tainted-at"  # annotation: when gpucheck's taint was set (UTC, ISO 8601)
 CONDITION = "GPUCheckHealthy"
 MESSAGE_MAX = 1024  # kubectl describe shows it whole; the API keeps far more
 KINDS = ("passive", "active", "watch", "upgrade")  # a gpucheck taint's values: drain_rule.PATHS' kinds
@@ -36,26 +40,34 @@ REASONS = {"fail": "ChecksFailed", "warn": "ChecksPassedWithWarnings", "pass": "
 
 @dataclass(frozen=True)
 class Change:
-    verb: str  # drain (taint) | resume (untaint) | keep, as drain_rule's
+    verb: str  # drain (taint) | resume (untaint) | keep | held (a taint the breaker held), as drain_rule's
     node: str
     holder: str  # who held the node before: nobody, one of KINDS, or admin-drain (gpucheck's key, a foreign value)
     why: str
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, Any]] | None = None  # the Node's whole new list of taints; None: unchanged
     condition: dict[str, str] | None = None  # the condition to set; None: unchanged
+    annotations: dict[str, str | None] = field(default_factory=dict)  # None: removed
 
     @property
     def changes_anything(self) -> bool:
         return bool(self.labels) or self.taints is not None or self.condition is not None
 
+    def held(self, why: str) -> Change:
+        """This taint held by the breaker: the condition and the label still say the failure, no taint is made."""
+        return Change("held", self.node, self.holder, f"{why}; it failed: {self.why}", self.labels, None,
+                      self.condition)
+
     def describe(self) -> str:
         said = {"drain": f"tainted {self.node} {TAINT_KEY}:{EFFECT}: {self.why}",
-                "resume": f"removed {TAINT_KEY} from {self.node} ({self.why})"}
+                "resume": f"removed {TAINT_KEY} from {self.node} ({self.why})",
+                "held": f"did NOT taint {self.node}: {self.why}"}
         return said.get(self.verb, f"kept {self.node} as it was: {self.why}")
 
     def record(self, path: str) -> dict[str, str]:
-        """What the kept report says was done (facts.kubernetes), as drain_rule.Action.record does for Slurm."""
-        return {"path": path, "verb": self.verb, "node": self.node, "holder": self.holder, "reason": self.why,
+        """What the kept report says was done (facts.kubernetes), in drain_rule.Action.record's shape: the history
+        makes the node's transitions of either (a taint is a drain, its removal a return)."""
+        return {"path": path, "action": self.verb, "holder": self.holder, "reason": self.why,
                 "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -65,6 +77,17 @@ def holder_of(node: dict[str, Any]) -> str:
         if taint.get("key") == TAINT_KEY:
             return taint.get("value") if taint.get("value") in KINDS else "admin-drain"
     return "nobody"
+
+
+def tainted_at(node: dict[str, Any]) -> dt.datetime | None:
+    """When gpucheck tainted the Node, if its own drain holds it (not the upgrade's: breaker.GPUCHECK_HOLDERS) and
+    it said when."""
+    if holder_of(node) not in breaker.GPUCHECK_HOLDERS:
+        return None
+    try:
+        return dt.datetime.fromisoformat(node.get("metadata", {}).get("annotations", {}).get(TAINTED_AT, ""))
+    except (TypeError, ValueError):
+        return None
 
 
 def health_of(exit_code: int) -> str:
@@ -97,10 +120,19 @@ def decide(node: dict[str, Any], path: str, exit_code: int, findings: list[str],
     labels[HEALTH_LABEL] = health
     if verb == "drain":
         ours = {"key": TAINT_KEY, "value": kind, "effect": EFFECT}
-        return Change("drain", name, holder, message, labels, [*others, ours], condition)
+        return Change("drain", name, holder, message, labels, [*others, ours], condition,
+                      {TAINTED_AT: now.astimezone(dt.timezone.utc).isoformat(timespec="seconds")})
     if verb == "resume":
-        return Change("resume", name, holder, f"its {path} run passed", labels, others, condition)
+        return Change("resume", name, holder, f"its {path} run passed", labels, others, condition, {TAINTED_AT: None})
     return Change("keep", name, holder, f"{health}: no gpucheck taint to add or remove", labels, None, condition)
+
+
+def taken_back(node: dict[str, Any]) -> Change:
+    """gpucheck's taint taken back, as the breaker asks: the condition and the labels stay as the failure wrote
+    them."""
+    others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT_KEY]
+    return Change("resume", node.get("metadata", {}).get("name", ""), holder_of(node), "its taint taken back", {},
+                  others, None, {TAINTED_AT: None})
 
 
 def _why_kept(holder: str, verdict: str) -> str:
