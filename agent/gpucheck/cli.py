@@ -260,7 +260,8 @@ def node_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         if not (args.slurm or args.scheduled or args.kubernetes):
             fail(f"cannot write {args.output}: {exc.strerror or exc}")
-        print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc} (Slurm was told first)",
+        told_first = "Kubernetes" if args.kubernetes else "Slurm"
+        print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc} ({told_first} was told first)",
               file=sys.stderr)
         return code
     counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)

@@ -110,7 +110,7 @@ def decide(node: dict[str, Any], path: str, exit_code: int, findings: list[str],
     kind = drain_rule.PATHS[path][0]
     verb = drain_rule.RULES[holder][kind][drain_rule.VERDICTS.index(verdict)]
     labels = {ACTIVE_PASS_LABEL: label_time(now)} if active_passed else {}
-    others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT_KEY]
+    others = _others(node)
     if verb == "keep" and holder != "nobody":  # the taint stays, and with it what its run said
         return Change("keep", name, holder, _why_kept(holder, verdict), labels)
     health = health_of(exit_code)
@@ -130,9 +130,13 @@ def decide(node: dict[str, Any], path: str, exit_code: int, findings: list[str],
 def taken_back(node: dict[str, Any]) -> Change:
     """gpucheck's taint taken back, as the breaker asks: the condition and the labels stay as the failure wrote
     them."""
-    others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT_KEY]
     return Change("resume", node.get("metadata", {}).get("name", ""), holder_of(node), "its taint taken back", {},
-                  others, None, {TAINTED_AT: None})
+                  _others(node), None, {TAINTED_AT: None})
+
+
+def _others(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Node's taints but gpucheck's: an admin's, its controllers', kept as they are."""
+    return [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT_KEY]
 
 
 def _why_kept(holder: str, verdict: str) -> str:
