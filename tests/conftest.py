@@ -145,6 +145,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason="no CUDA device (CuPy sees none): a `gpu` test"))
     longest_first(config, items)
+    config.stash[LAB_IN_RUN] = any(item.get_closest_marker("lab") for item in items)
+
+
+# The lab chain is a run's critical path: one worker, the golden image first (a site.yml run), 30-odd minutes; the
+# other workers' tests have that long to finish. On two cores they took its CPU (the golden image: 6 min alone, 28
+# beside the other tests). So where a run holds the chain, a worker that runs the other tests gives way to it: GIVE_WAY
+# steps of nice above where it started, inherited by what its tests start; the lab's hosts, started by the chain's
+# worker, keep the start's. The tests that give way still have every cycle the chain leaves (it mostly waits).
+LAB_IN_RUN = pytest.StashKey[bool]()
+GIVE_WAY = 10
+STARTED_AT_NICE = os.nice(0)
+
+
+def give_way_to_the_lab(item: pytest.Item) -> None:
+    if (os.environ.get("PYTEST_XDIST_WORKER") and item.config.stash.get(LAB_IN_RUN, False)
+            and not item.get_closest_marker("lab") and os.nice(0) == STARTED_AT_NICE):
+        os.nice(GIVE_WAY)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -165,6 +182,7 @@ def cpu_seconds() -> float:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[CPU_AT_SETUP] = cpu_seconds()
+    give_way_to_the_lab(item)
 
 
 @pytest.hookimpl(hookwrapper=True)

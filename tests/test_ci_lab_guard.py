@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import GIVE_WAY
 from labkit import ci, lab_unavailable
 from support import ROOT
 
@@ -141,7 +142,7 @@ import pytest
 
 def record(name):
     with open(os.environ["GROUPING_LOG"], "a") as log:
-        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {name}\\n")
+        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {name} {os.nice(0)}\\n")
 
 @pytest.fixture
 def lab2():  # one of the fixtures that mark a test `lab` by its use (conftest.DAEMON_FIXTURES)
@@ -171,7 +172,7 @@ def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_f
     finally:
         del os.environ["GROUPING_LOG"]
     assert done.returncode == 0, outcome(done)
-    ran = [line.split() for line in log.read_text().splitlines()]
+    ran = [line.split()[:2] for line in log.read_text().splitlines()]
     by_worker: dict[str, list[str]] = {}
     for worker, name in ran:
         by_worker.setdefault(worker, []).append(name)
@@ -183,6 +184,32 @@ def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_f
     for prefix in ("plain", "other"):  # a file whole on one worker
         assert len({w for w, names in by_worker.items() for n in names if n.startswith(prefix)}) == 1, by_worker
     assert by_worker[elsewhere], by_worker  # the other worker did not wait for the lab chain
+
+
+def test_where_a_run_holds_the_lab_chain_every_other_test_gives_way_to_it(tmp_path: Path) -> None:
+    """The lab tests run at the nice the run started at, every other test GIVE_WAY steps above it (the cap is 19);
+    a run without lab tests leaves every test where it started."""
+    lab = "\n".join(f"@pytest.mark.lab\ndef test_a{i}():\n    record('lab_a{i}')\n" for i in range(3))
+    plain = "\n".join(f"def test_p{i}():\n    record('plain{i}')\n" for i in range(4))
+    (tmp_path / "test_1_plain.py").write_text(RECORD.replace("{tests}", plain))
+    (tmp_path / "test_2_lab.py").write_text(RECORD.replace("{tests}", lab))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
+    log = tmp_path / "nice.log"
+    os.environ["GROUPING_LOG"] = str(log)
+    try:
+        for files in (("test_1_plain.py", "test_2_lab.py"), ("test_1_plain.py",)):
+            done = pytest_run(tmp_path, None, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", *files)
+            assert done.returncode == 0, outcome(done)
+            nice = {name: int(value) for _, name, value in (line.split() for line in log.read_text().splitlines())}
+            log.unlink()
+            start = os.nice(0)
+            if len(files) == 2:
+                assert nice == {**{f"lab_a{i}": start for i in range(3)},
+                                **{f"plain{i}": min(start + GIVE_WAY, 19) for i in range(4)}}, nice
+            else:
+                assert nice == {f"plain{i}": start for i in range(4)}, nice
+    finally:
+        del os.environ["GROUPING_LOG"]
 
 
 def test_after_a_run_the_lab_goes_first_and_the_files_that_wait_are_spread_among_the_longest_first(

@@ -8,7 +8,7 @@ runs (with localhost for the hosts).
 from __future__ import annotations
 
 import pytest
-from workload_helpers import WORKLOADS, Stack, launch
+from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, launch
 
 from gpucheck.workloads.launch import horovodrun_command, mpirun_command
 from gpucheck.workloads.results import judge_allreduce, judge_smoke, parse_results, scaling
@@ -17,8 +17,8 @@ SMOKE = WORKLOADS / "smoke_horovod_keras.py"
 BENCH = WORKLOADS / "allreduce_bench.py"
 # Lean: a 2-layer MLP, 2 epochs of 12 steps; warm-up 4 steps left out of the throughput.
 SMOKE_ARGS = ["--epochs", "2", "--steps", "12", "--batch-size", "32", "--warmup-steps", "4", "--seed", "7",
-              "--timeout-s", "240"]
-TIMEOUT = 300
+              "--timeout-s", str(WATCHDOG_S)]
+TIMEOUT = WAIT_S
 
 
 def mpirun(stack: Stack, program: list[str], ranks: int, tag: bool = False):

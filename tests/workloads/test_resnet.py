@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from workload_helpers import Stack, free_ports, launch, load_workload
+from workload_helpers import WAIT_S, WATCHDOG_S, Stack, free_ports, launch, load_workload
 
 from gpucheck.workloads.launch import mpirun_command, script_path, torchrun_command
 from gpucheck.workloads.results import parse_results
@@ -22,8 +22,8 @@ HOROVOD = script_path("resnet-horovod")
 TORCH = script_path("resnet-torch")
 SMALL = {"--width": 8, "--image-size": 32, "--batch-size": 8, "--warmup-steps": 2, "--iterations": 3,
          "--steps-per-iteration": 2, "--seed": 7}
-SMALL_ARGS = [str(w) for pair in SMALL.items() for w in pair] + ["--timeout-s", "240"]
-TIMEOUT = 300
+SMALL_ARGS = [str(w) for pair in SMALL.items() for w in pair] + ["--timeout-s", str(WATCHDOG_S)]
+TIMEOUT = WAIT_S
 RESNET50_PARAMS = 25_557_032  # torchvision.models.resnet50(): sum(p.numel() for p in model.parameters())
 # The contract's fields of a rank that did its job (besides the framework's own version fields).
 FIELDS = {"ok", "workload", "rank", "size", "local_rank", "local_size", "hostname", "devices", "model", "width",

@@ -7,7 +7,7 @@ across the lab's hosts: tests/cluster_lab/test_slurm_lab.py."""
 from __future__ import annotations
 
 import pytest
-from workload_helpers import free_ports
+from workload_helpers import WAIT_S, WATCHDOG_S, free_ports
 
 import slurmkit
 from gpucheck.cluster import jobs
@@ -17,7 +17,7 @@ from gpucheck.cluster.slurm import jobs as slurm_jobs
 from gpucheck.workloads import launch
 from gpucheck.workloads.results import judge_smoke, parse_results
 
-STEPS = ["--epochs", "2", "--steps", "5", "--timeout-s", "200"]
+STEPS = ["--epochs", "2", "--steps", "5", "--timeout-s", str(WATCHDOG_S)]
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +31,13 @@ def ctx(slurm, monkeypatch) -> ClusterContext:
     for key, value in slurm.env.items():
         monkeypatch.setenv(key, value)  # salloc and srun run with the command line's environment
     node = Host(slurmkit.NODE, "127.0.0.1", 22, "root", None, (), True)  # its address: DDP's rendezvous
-    return ClusterContext(Options(launcher="slurm", stage_timeout=240), Inventory([], "all", None, [node]))
+    return ClusterContext(Options(launcher="slurm", stage_timeout=WAIT_S), Inventory([], "all", None, [node]))
 
 
 def test_horovod_ranks_started_by_srun_with_pmix_train_in_step(ctx, tf_horovod) -> None:
     lay = jobs.Layout([(slurmkit.NODE, 2)])
     program = [str(tf_horovod.python), str(launch.script_path("horovod")), *STEPS]
-    done = jobs.mpirun(ctx, None, lay, program, jobs.rank_env(False), 240)  # no SSH: the run is never used
+    done = jobs.mpirun(ctx, None, lay, program, jobs.rank_env(False), WAIT_S)  # no SSH: the run is never used
     assert "--mpi=pmix" in done.command and "mpirun" not in done.command
     verdict = judge_smoke(parse_results(done.stdout), 2, "smoke_horovod_keras")
     assert done.ok and verdict["passed"], done.describe() + done.evidence()[-3000:]
@@ -47,7 +47,7 @@ def test_horovod_ranks_started_by_srun_with_pmix_train_in_step(ctx, tf_horovod) 
 def test_ddp_ranks_take_their_rank_from_slurm_and_train_in_step(ctx, torch_stack) -> None:
     lay = jobs.Layout([(slurmkit.NODE, 2)])
     done = jobs.torchrun(ctx, None, lay, str(torch_stack.python), str(launch.script_path("torch")), STEPS, False,
-                         free_ports(1), 240)
+                         free_ports(1), WAIT_S)
     assert "torchrun" not in done.command and "srun" in done.command
     verdict = judge_smoke(parse_results(done.stdout), 2, "smoke_torch_ddp")
     assert done.ok and verdict["passed"], done.describe() + done.evidence()[-3000:]

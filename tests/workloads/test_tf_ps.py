@@ -11,15 +11,15 @@ import sys
 import time
 
 import pytest
-from workload_helpers import WORKLOADS, Stack, free_ports, kill_group
+from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, free_ports, kill_group
 
 from gpucheck.workloads.launch import plan_ps_cluster, remote_command
 from gpucheck.workloads.results import judge_ps, parse_results
 
 SCRIPT = WORKLOADS / "smoke_tf_ps.py"
-TIMEOUT = 300
+TIMEOUT = WAIT_S
 # What the cluster stage runs in the lab (--smoke-steps 10: max(20, 3 * 10) steps, the rest at its defaults).
-LAB_ARGS = ["--steps", "30", "--timeout-s", "240", "--chief-wait-s", "120", "--poll-s", "0.3"]
+LAB_ARGS = ["--steps", "30", "--timeout-s", str(WATCHDOG_S), "--chief-wait-s", "120", "--poll-s", "0.3"]
 BATCH = 32  # smoke_tf_ps.py's default --batch-size
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from workload_helpers import WORKLOADS, Stack, free_ports, launch
+from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, free_ports, launch
 
 from gpucheck.workloads.launch import torchrun_command
 from gpucheck.workloads.results import judge_allreduce, judge_smoke, parse_results, scaling
@@ -11,8 +11,8 @@ from gpucheck.workloads.results import judge_allreduce, judge_smoke, parse_resul
 SMOKE = WORKLOADS / "smoke_torch_ddp.py"
 BENCH = WORKLOADS / "allreduce_bench.py"
 SMOKE_ARGS = ["--epochs", "2", "--steps", "12", "--batch-size", "32", "--warmup-steps", "4", "--seed", "7",
-              "--timeout-s", "240"]
-TIMEOUT = 300
+              "--timeout-s", str(WATCHDOG_S)]
+TIMEOUT = WAIT_S
 
 
 def torchrun(stack: Stack, script, args: list[str], ranks: int):

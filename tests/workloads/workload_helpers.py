@@ -34,6 +34,10 @@ WORKLOADS = ROOT / "agent" / "gpucheck" / "workloads"
 CACHE = Path(os.environ.get("GPUCHECK_TEST_VENVS", Path.home() / ".cache" / "gpucheck" / "test-venvs"))
 PY_TAG = f"py{sys.version_info.major}{sys.version_info.minor}"
 
+# A rank's own watchdog (--timeout-s) here ends a hang, never times a run: the tests give way to the lab chain
+# (tests/conftest.py), and on two cores beside it a small run went past 240 s. WAIT_S: the test's own wait, past it.
+WATCHDOG_S = 600
+WAIT_S = WATCHDOG_S + 60
 TF_PIN = "tensorflow-cpu==2.15.1"  # TF >= 2.16 (Keras 3) breaks Horovod's Keras callbacks
 HOROVOD_PIN = "horovod==0.28.1"  # the last release; builds unpatched against TF 2.15
 TORCH_PIN = "torch==2.13.0"
