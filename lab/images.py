@@ -2,8 +2,9 @@
 
 A golden image is the upper directory of one host that ran the playbook, kept read-only and used
 as a second lower layer (`lowerdir=golden:base`) by later `up`s. Its key hashes the base image's
-key, the playbook's path, every file of the playbook's tree that can change what it does, and the
-stand-in NVIDIA repository's sources (what the playbook installs from it).
+key, the playbook's path, every file of the playbook's tree that can change what it does (not the
+playbooks it does not import, nor the roles it never reaches: `unreached`), and the stand-in NVIDIA
+repository's sources (what the playbook installs from it).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -29,13 +31,16 @@ IGNORED_FILES = {"hosts.yml", "pyproject.toml", "Makefile", ".gitignore"}
 IGNORED_SUFFIXES = (".md", ".pyc", ".log", ".tmp")
 
 
-def tree_hash(top: Path) -> str:
-    """sha256 over the relative paths, modes and contents of the files that matter under top."""
+def tree_hash(top: Path, unreached: frozenset[str] = frozenset()) -> str:
+    """sha256 over the relative paths, modes and contents of the files that matter under top (not those under the
+    relative paths `unreached`)."""
     digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.endswith(".egg-info"))
+        here = Path(dirpath).relative_to(top)
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.endswith(".egg-info")
+                             and (here / d).as_posix() not in unreached)
         for name in sorted(filenames):
-            if name in IGNORED_FILES or name.endswith(IGNORED_SUFFIXES):
+            if name in IGNORED_FILES or name.endswith(IGNORED_SUFFIXES) or (here / name).as_posix() in unreached:
                 continue
             path = Path(dirpath) / name
             if not path.is_file():
@@ -44,6 +49,39 @@ def tree_hash(top: Path) -> str:
             digest.update(f"{rel}\0{path.stat().st_mode & 0o111:o}\0".encode())
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+IMPORT_RE = re.compile(r"^\s*(?:-\s*)?(?:ansible\.builtin\.)?import_playbook:\s*['\"]?([^'\"\s#]+)", re.M)
+
+
+def unreached(top: Path, playbook: Path) -> frozenset[str]:
+    """The playbooks under top/playbooks and the roles under top/roles that `playbook` can never run: a playbook it
+    does not import (upgrade.yml), a role no file it reaches names (gpu_upgrade), so that a change there makes no
+    new image. Reached: the playbooks it imports, in turn, and each role whose name is a word of a file reached
+    (a play's `roles:`, an include_role, a role's dependencies; a mere mention too: a role kept for nothing is cheap,
+    one missed would leave the image stale)."""
+    playbooks = {p.resolve() for p in (top / "playbooks").glob("*.yml")} | {playbook.resolve()}
+    roles = {d.name: d for d in (top / "roles").iterdir() if d.is_dir()} if (top / "roles").is_dir() else {}
+    reached_books: set[Path] = set()
+    reached_roles: set[str] = set()
+    texts = []
+    queue = [playbook.resolve()]
+    while queue:
+        book = queue.pop()
+        if book in reached_books or not book.is_file():
+            continue
+        reached_books.add(book)
+        text = book.read_text(errors="replace")
+        texts.append(text)
+        queue += [(book.parent / name).resolve() for name in IMPORT_RE.findall(text)]
+    while texts:
+        text = texts.pop()
+        for name in set(re.findall(r"[A-Za-z0-9_]+", text)) & set(roles) - reached_roles:
+            reached_roles.add(name)
+            texts += [f.read_text(errors="replace") for f in sorted(roles[name].rglob("*")) if f.is_file()]
+    unused = [p for p in playbooks - reached_books if p.is_relative_to(top.resolve())]
+    return frozenset([p.relative_to(top.resolve()).as_posix() for p in unused]
+                     + [f"roles/{name}" for name in set(roles) - reached_roles])
 
 
 def current_base_key() -> str:
@@ -58,7 +96,8 @@ FAKE_NVML_TREE = Path(__file__).resolve().parent / "fakenvml"
 
 def golden_key(playbook: Path) -> str:
     playbook = playbook.resolve()
-    material = (f"{current_base_key()}\0{playbook.name}\0{tree_hash(playbook.parent)}\0{tree_hash(STANDIN_REPO_TREE)}"
+    tree = tree_hash(playbook.parent, unreached(playbook.parent, playbook))
+    material = (f"{current_base_key()}\0{playbook.name}\0{tree}\0{tree_hash(STANDIN_REPO_TREE)}"
                 f"\0{tree_hash(FAKE_NVML_TREE)}")
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 

@@ -148,17 +148,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[LAB_IN_RUN] = any(item.get_closest_marker("lab") for item in items)
 
 
-# The lab chain is a run's critical path: one worker, the golden image first (a site.yml run), 30-odd minutes; the
+# The lab chain is a run's critical path: one worker, the golden image first (a site.yml run), over an hour; the
 # other workers' tests have that long to finish. On two cores they took its CPU (the golden image: 6 min alone, 28
-# beside the other tests). So where a run holds the chain, a worker that runs the other tests gives way to it: GIVE_WAY
-# steps of nice above where it started, inherited by what its tests start; the lab's hosts, started by the chain's
-# worker, keep the start's. The tests that give way still have every cycle the chain leaves (it mostly waits).
+# beside the other tests; 9 once they gave way). So where a run holds the chain, a worker that runs the other tests
+# gives way to it: support.GIVE_WAY steps of nice above where it started, inherited by what its tests start; the
+# lab's hosts, started by the chain's worker, keep the start's. The tests that give way still have every cycle the
+# chain leaves (alone, it keeps about one core of two busy).
 LAB_IN_RUN = pytest.StashKey[bool]()
-GIVE_WAY = 10
 STARTED_AT_NICE = os.nice(0)
 
 
 def give_way_to_the_lab(item: pytest.Item) -> None:
+    from support import GIVE_WAY
+
     if (os.environ.get("PYTEST_XDIST_WORKER") and item.config.stash.get(LAB_IN_RUN, False)
             and not item.get_closest_marker("lab") and os.nice(0) == STARTED_AT_NICE):
         os.nice(GIVE_WAY)

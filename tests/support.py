@@ -21,6 +21,8 @@ TEST_PROFILES = Path(__file__).resolve().parent / "profiles"
 # Set by `make check`, the loop that runs only the tests needing no lab, sshd, Slurm or Kubernetes (`-m "not lab and
 # not sshd and not slurm and not kubernetes"`): a test that starts one of them without carrying its mark fails there.
 NO_DAEMONS = "GPUCHECK_TESTS_NO_DAEMONS"
+# Steps of nice the workers running other tests take while a run holds the lab chain (tests/conftest.py).
+GIVE_WAY = 10
 
 
 def starting(what: str, mark: str) -> None:

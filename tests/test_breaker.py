@@ -125,7 +125,7 @@ def test_a_drain_made_while_another_node_asks_again_is_seen_before_it_decides(mo
     monkeypatch.setattr(drain_rule, "show_node", lambda name: slurm.nodes[name])
     monkeypatch.setattr(drain_rule, "all_nodes", lambda: dict(slurm.nodes))
     monkeypatch.setattr(drain_rule, "scontrol", slurm.scontrol)
-    monkeypatch.setattr(drain_rule.time, "sleep", meanwhile)
+    monkeypatch.setattr(breaker.time, "sleep", meanwhile)
     settings = BreakerSettings(fleet_fraction=0.5)
     action = drain_rule.tell("watch", EXIT_FAIL, ["gpu.xid Xid 79 on 0000:18:00"], "c", held_by=settings)
     assert action.verb == "held" and "3 of 4 nodes drained by gpucheck" in action.reason, action

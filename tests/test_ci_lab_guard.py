@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GIVE_WAY
 from labkit import ci, lab_unavailable
-from support import ROOT
+from support import GIVE_WAY, ROOT
 
 TESTS = Path(__file__).resolve().parent
 

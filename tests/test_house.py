@@ -36,7 +36,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "schedule": FOUNDATION | {"schedule", "cli_types", "cli"},  # cli: gpucheck node's parser reads --daily-args
     "slurm_cli": FOUNDATION | {"cli_types"},
     "repair": FOUNDATION | {"repair", "history", "node", "report", "rma"},  # history: how a report names a GPU
-    "watch": FOUNDATION | {"watch", "cli_types", "node", "parsers", "repair", "report"},
+    "watch": FOUNDATION | {"watch", "cli_types", "node", "parsers", "repair", "report", "tell"},
     "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule", "slurm_cli",
              "watch"},
     "__main__": {"main"},

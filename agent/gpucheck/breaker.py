@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
+from collections.abc import Callable
 
 from .config import BreakerSettings
 from .slurm import NodeState
@@ -43,6 +45,18 @@ def settle_s(stamp: dt.datetime | None, now: dt.datetime | None = None) -> float
         return 0.0
     over = stamp + dt.timedelta(seconds=1 + CLOCK_SKEW_S)
     return max(0.0, (over - (now or dt.datetime.now())).total_seconds())
+
+
+def second_look(stamp: dt.datetime | None, ask: Callable[[], str | None], take_back: Callable[[], object],
+                now: Callable[[], dt.datetime] = dt.datetime.now) -> str | None:
+    """After a drain stamped `stamp` (of a node that was in service): once every drain stamped up to it is visible
+    (settle_s), `ask` the breaker again; a drain past its limit now, because another node drained at once came
+    first, is taken back: why, or None when it stands."""
+    time.sleep(settle_s(stamp, now()))
+    if why := ask():
+        take_back()
+        return why
+    return None
 
 
 def held(settings: BreakerSettings, stamps: dict[str, dt.datetime | None], name: str,

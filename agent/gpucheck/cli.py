@@ -131,10 +131,7 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--scheduled", metavar="KIND", type=scheduled_kind, help=SCHEDULED_HELP)
     node.add_argument("--kubernetes", action="store_true", help="tell Kubernetes: this node's Node gets the "
                       "verdict as a condition and a label, and a taint on a failure (see below)")
-    node.add_argument("--kubernetes-node", metavar="NAME", help="this node's Node (default: $NODE_NAME, as "
-                      "deploy/kubernetes sets it from the pod's spec.nodeName, else this host's name)")
-    node.add_argument("--kubeconfig", metavar="FILE", help="for --kubernetes (default: in a pod its service "
-                      "account, else $KUBECONFIG, else ~/.kube/config)")
+    tell.add_kubernetes_options(node)
     node.add_argument("--slurm-node", metavar="NAME", help="this node's NodeName in Slurm (default: "
                       "$SLURMD_NODENAME, else the node whose NodeName or NodeHostName is this host's name)")
 
@@ -221,10 +218,8 @@ def node_report(args: argparse.Namespace) -> int:
              "by hand, run gpucheck node --full")
     if args.slurm_node and not (args.slurm or args.scheduled):
         fail("--slurm-node needs --slurm or --scheduled")
-    if args.kubernetes and (args.slurm or args.scheduled):
-        fail("--kubernetes and --slurm (or --scheduled) each tell a scheduler: give one")
-    if (args.kubernetes_node or args.kubeconfig) and not args.kubernetes:
-        fail("--kubernetes-node and --kubeconfig need --kubernetes")
+    if wrong := tell.misused(args):
+        fail(wrong)
     deadline = args.deadline if args.deadline is not None or not args.slurm else SLURM_DEADLINE_S
     try:
         site = config.load(args.config)

@@ -20,7 +20,6 @@ drained returns only through proof: an active check's pass (docs/watch.md).
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,9 +216,9 @@ def tell(path: str, exit_code: int, findings: list[str], node: str | None = None
     if why := _held(held_by, current.name):
         return Action("held", current.name, f"{why}; it failed: {action.reason}", action.holder)
     apply(action)
-    time.sleep(breaker.settle_s(breaker.stamped(show_node(current.name))))  # the drains made at once all seen
-    if (why := _held(held_by, current.name)) and action.holder == "nobody":  # another node drained at once, first
-        apply(Action("resume", current.name, action.reason))
+    if action.holder == "nobody" and (why := breaker.second_look(
+            breaker.stamped(show_node(current.name)), lambda: _held(held_by, current.name),
+            lambda: apply(Action("resume", current.name, action.reason)))):
         return Action("held", current.name, f"{why} (its drain taken back); it failed: {action.reason}", action.holder)
     return action
 

@@ -1,7 +1,8 @@
-"""Telling the workload manager what a `gpucheck node` run found: Slurm (drain_rule: drain, resume) or Kubernetes
-(kubernetes/node_rule: taint, condition, label), one contract (docs/slurm.md's table) and one interface: `chosen`
-gives the function that tells the one the command line names; it writes what it did into the report's facts (the
-history's transitions) and returns the exit code the run gives.
+"""Telling the workload manager what a gpucheck run found: Slurm (drain_rule: drain, resume) or Kubernetes
+(kubernetes/node_rule: taint, condition, label), one contract (docs/slurm.md's table) and one interface: a
+`Scheduler` (`Slurm` or `Kubernetes`) tells it for one node; `chosen` gives the one `gpucheck node`'s command line
+names, as a function that writes what was done into the report's facts (the history's transitions) and returns the
+exit code the run gives. `gpucheck watch` holds one too.
 
 Exit codes, alike for both: 2 on a failure (the node is drained or tainted now, or was before), 3 when the
 scheduler could not be told, else 0, also after a harness error and when the breaker held the drain (a prolog's
@@ -14,11 +15,80 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARN
+from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
 
 Tell = Callable[[Any], int]  # the run's report -> the exit code
+
+
+class Unreached(Exception):
+    """The workload manager could not be told (why, in one line)."""
+
+
+class Scheduler(Protocol):
+    name: str  # "slurm" or "kubernetes": what the run says and the key of its facts
+    node: str | None  # the node as the scheduler names it; None: this host's
+    repairs: bool  # gpucheck watch's repairs wait for its jobs and resume it (Slurm's only, for now)
+
+    def tell(self, path: str, exit_code: int, findings: list[str], held_by: Any = None, scheduled: str | None = None,
+             head: str | None = None) -> Any:
+        """What `path` (drain_rule.PATHS) did with the node for a run that exited `exit_code` with `findings` (the
+        failed checks' "<id> <reason>"): something with `verb`, `describe()` and `record(path)`. An automatic
+        path's drain is put to the breaker (`held_by`, node.yaml's). Raises Unreached."""
+
+
+class Slurm:
+    name, repairs = "slurm", True
+
+    def __init__(self, node: str | None = None) -> None:
+        self.node = node
+
+    def tell(self, path: str, exit_code: int, findings: list[str], held_by: Any = None, scheduled: str | None = None,
+             head: str | None = None) -> Any:
+        from . import drain_rule
+        from . import slurm as client
+
+        try:
+            return drain_rule.tell(path, exit_code, findings, self.node, scheduled, held_by, head)
+        except client.SlurmError as exc:
+            raise Unreached(str(exc)) from None
+
+
+class Kubernetes:
+    name, repairs = "kubernetes", False
+
+    def __init__(self, node: str | None = None, kubeconfig: str | None = None) -> None:
+        self.node, self.kubeconfig = node, kubeconfig
+
+    def tell(self, path: str, exit_code: int, findings: list[str], held_by: Any = None, scheduled: str | None = None,
+             head: str | None = None) -> Any:
+        """`scheduled` and `head` are words of Slurm's drain reason: a Node's condition says the findings."""
+        from . import drain_rule
+        from .kubernetes import api
+
+        active_passed = drain_rule.PATHS[path][0] == "active" and drain_rule.verdict_of(exit_code) == "pass"
+        try:
+            return api.tell(path, exit_code, findings, self.node, self.kubeconfig, active_passed, held_by)
+        except api.KubernetesError as exc:
+            raise Unreached(str(exc)) from None
+
+
+def add_kubernetes_options(parser: Any) -> None:
+    """The options naming the Node and the API server, alike in `gpucheck node` and `gpucheck watch`."""
+    parser.add_argument("--kubernetes-node", metavar="NAME", help="this node's Node (default: $NODE_NAME, as "
+                        "deploy/kubernetes sets it from the pod's spec.nodeName, else this host's name)")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="for --kubernetes (default: in a pod its service "
+                        "account, else $KUBECONFIG, else ~/.kube/config)")
+
+
+def misused(args: argparse.Namespace) -> str | None:
+    """What is wrong with the scheduler options given together, in one line, or None."""
+    if args.kubernetes and (args.slurm or getattr(args, "scheduled", None)):
+        return "--kubernetes and --slurm (or --scheduled) each tell a scheduler: give one"
+    if (args.kubernetes_node or args.kubeconfig) and not args.kubernetes:
+        return "--kubernetes-node and --kubeconfig need --kubernetes"
+    return None
 
 
 def chosen(args: argparse.Namespace, site: Any, active: bool) -> Tell | None:
@@ -31,49 +101,32 @@ def chosen(args: argparse.Namespace, site: Any, active: bool) -> Tell | None:
 
 
 def slurm(node: str | None, report: Any, scheduled: str | None = None, held_by: Any = None) -> int:
-    """Drain or resume this node in Slurm by the report's verdict and drain_rule's table (a drain put to the
-    breaker, node.yaml's `held_by`). The path is the scheduled check's, a prolog's or epilog's (Slurm says so in
-    SLURM_SCRIPT_CONTEXT), else the health check's."""
-    from . import drain_rule
-    from . import slurm as slurm_client
-
+    """Drain or resume this node in Slurm by the report's verdict. The path is the scheduled check's, a prolog's
+    or epilog's (Slurm says so in SLURM_SCRIPT_CONTEXT), else the health check's."""
     context = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
     path = "scheduled" if scheduled else "prolog" if context.startswith(("prolog", "epilog")) else "health-check"
-    try:
-        action = drain_rule.tell(path, report.exit_code, drain_rule.findings(report.results), node, scheduled,
-                                 held_by)
-    except slurm_client.SlurmError as exc:
-        print(f"gpucheck: slurm: {exc}", file=sys.stderr)
-        return EXIT_UNKNOWN
-    return _said("slurm", path, action, report)
+    return told(Slurm(node), path, report, held_by, scheduled)
 
 
 def kubernetes(node: str | None, report: Any, active: bool, kubeconfig: str | None = None,
                held_by: Any = None) -> int:
-    """Taint, untaint or keep this node's Kubernetes Node by the same table (kubernetes/node_rule), a taint put to
-    the breaker (node.yaml's `held_by`): a run with active checks (a Job's --full) takes an active check's path, any
-    other the health check's."""
-    from . import drain_rule
-    from .kubernetes import api
+    """Taint, untaint or keep this node's Kubernetes Node by the report's verdict: a run with active checks (a
+    Job's --full) takes an active check's path, any other the health check's."""
+    return told(Kubernetes(node, kubeconfig), "scheduled" if active else "health-check", report, held_by)
 
-    path = "scheduled" if active else "health-check"
-    passed = active and report.exit_code in (EXIT_OK, EXIT_WARN)
+
+def told(scheduler: Scheduler, path: str, report: Any, held_by: Any = None, scheduled: str | None = None) -> int:
+    """`path`'s run told to `scheduler`, what it did said and kept in the report (facts.slurm or facts.kubernetes:
+    the history's transitions); the exit code."""
+    from .drain_rule import findings, verdict_of
+
     try:
-        change = api.tell(path, report.exit_code, drain_rule.findings(report.results), node, kubeconfig, passed,
-                          held_by)
-    except api.KubernetesError as exc:
-        print(f"gpucheck: kubernetes: {exc}", file=sys.stderr)
+        done = scheduler.tell(path, report.exit_code, findings(report.results), held_by, scheduled)
+    except Unreached as exc:
+        print(f"gpucheck: {scheduler.name}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
-    return _said("kubernetes", path, change, report)
-
-
-def _said(scheduler: str, path: str, done: Any, report: Any) -> int:
-    """What `path` did (a drain_rule.Action or a node_rule.Change: describe, record, verb) said, and kept in the
-    report (facts.slurm or facts.kubernetes: the history's transitions); the exit code."""
-    from .drain_rule import verdict_of
-
-    print(f"gpucheck: {scheduler}: {done.describe()}", file=sys.stderr)
-    report.facts[scheduler] = done.record(path)
+    print(f"gpucheck: {scheduler.name}: {done.describe()}", file=sys.stderr)
+    report.facts[scheduler.name] = done.record(path)
     if done.verb == "held":
         return EXIT_OK
     return EXIT_FAIL if verdict_of(report.exit_code) == "fail" else EXIT_OK  # drained or tainted now, or before

@@ -34,8 +34,11 @@ def test_the_daemonset_is_bound_to_every_gpu_node_whatever_holds_it_and_to_no_ot
         assert time.monotonic() < deadline, {node: pod["status"] for node, pod in pods.items()}
         time.sleep(0.2)
     for node, pod in pods.items():
-        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
-        assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        containers = {c["name"]: c for c in pod["spec"]["containers"]}
+        assert containers["watch"]["command"] == ["gpucheck", "watch", "--kubernetes"], node
+        for container in containers.values():  # each tells its own Node: the pod's
+            env = {e["name"]: e for e in container["env"]}
+            assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
         assert pod["spec"]["serviceAccountName"] == "gpucheck", node
     status = kube.request("GET", "/apis/apps/v1/namespaces/gpucheck/daemonsets/gpucheck-node")["status"]
     assert status["desiredNumberScheduled"] == 2, status

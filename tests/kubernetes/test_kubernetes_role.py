@@ -53,8 +53,8 @@ def test_the_daemonset_runs_the_sites_image_at_its_interval(applied):
     # what kubectl said, shown (configured where test_deploy_manifests applied the plain manifests first)
     assert re.search(r"daemonset\.apps/gpucheck-node (created|configured)", first.stdout), first.stdout[-3000:]
     found = kube.request("GET", "/apis/apps/v1/namespaces/gpucheck/daemonsets/gpucheck-node")
-    (container,) = found["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == IMAGE
+    container, watch = found["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == IMAGE and watch["name"] == "watch" and watch["image"] == IMAGE
     assert {"name": "INTERVAL_S", "value": "120"} in container["env"], container["env"]
     assert {e["name"] for e in container["env"]} >= {"NODE_NAME", "NVIDIA_VISIBLE_DEVICES"}  # the rest as written
     role = kube.request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/gpucheck-node")

@@ -222,6 +222,35 @@ def test_golden_key_follows_the_playbook_tree_but_not_docs_packaging_or_generate
     assert images.tree_hash(tmp_path) != first
 
 
+def test_golden_key_leaves_out_the_playbooks_and_roles_the_playbook_never_runs(tmp_path: Path, monkeypatch) -> None:
+    """site.yml imports playbooks/gpu.yml (role driver, which depends on role repo); playbooks/upgrade.yml (role
+    upgrade) is not imported: a change to upgrade.yml or to its role makes no new image; one to any file site.yml
+    reaches does, and so does importing upgrade.yml."""
+    monkeypatch.setattr(images, "current_base_key", lambda: "base")
+    files = {"site.yml": "- name: GPU\n  ansible.builtin.import_playbook: playbooks/gpu.yml\n",
+             "playbooks/gpu.yml": "- hosts: all\n  roles:\n    - role: driver\n",
+             "playbooks/upgrade.yml": "- hosts: all\n  roles: [upgrade]\n",
+             "roles/driver/tasks/main.yml": "- ansible.builtin.debug: msg=driver\n",
+             "roles/driver/meta/main.yml": "dependencies:\n  - role: repo\n",
+             "roles/repo/tasks/main.yml": "- ansible.builtin.debug: msg=repo\n",
+             "roles/upgrade/tasks/main.yml": "- ansible.builtin.debug: msg=upgrade\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    site = tmp_path / "site.yml"
+    assert images.unreached(tmp_path, site) == {"playbooks/upgrade.yml", "roles/upgrade"}
+    first = images.golden_key(site)
+    (tmp_path / "roles/upgrade/tasks/main.yml").write_text("- ansible.builtin.debug: msg=changed\n")
+    (tmp_path / "playbooks/upgrade.yml").write_text("- hosts: gpu\n  roles: [upgrade]\n")
+    assert images.golden_key(site) == first
+    for rel in ("roles/repo/tasks/main.yml", "playbooks/gpu.yml"):  # a dependency's file, an imported playbook
+        (tmp_path / rel).write_text((tmp_path / rel).read_text() + "# changed\n")
+        assert images.golden_key(site) != first, rel
+        first = images.golden_key(site)
+    site.write_text(site.read_text() + "- ansible.builtin.import_playbook: playbooks/upgrade.yml\n")
+    assert images.unreached(tmp_path, site) == frozenset() and images.golden_key(site) != first
+
+
 def test_golden_key_follows_the_fake_nvml_the_driver_package_carries(tmp_path: Path, monkeypatch) -> None:
     """libnvidia-ml1's stand-in is the fake NVML: a new NVML function in it must make a new golden image, or the
     hosts keep the old library and the agent's call is not found there."""

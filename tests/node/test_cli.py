@@ -33,6 +33,8 @@ def one_line_error(done) -> str:
     (["node", "--config", "/nonexistent/node.yaml"], "does not exist"),
     (["node", "--kubernetes", "--slurm"], "--kubernetes and --slurm (or --scheduled) each tell a scheduler"),
     (["node", "--kubeconfig", "/etc/kubernetes/admin.conf"], "--kubernetes-node and --kubeconfig need --kubernetes"),
+    (["watch", "--kubernetes", "--slurm"], "--kubernetes and --slurm (or --scheduled) each tell a scheduler"),
+    (["watch", "--kubernetes-node", "gpu-7"], "--kubernetes-node and --kubeconfig need --kubernetes"),
 ])
 def test_bad_input_is_one_line_and_exit_3(args, words):
     assert words in one_line_error(run_gpucheck(args))

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-from watch_helpers import Watch
 
 import slurmkit
 from gpucheck.history.store import Store
@@ -20,6 +19,7 @@ from lab.fakenvml import write_pci_tree_for
 from lab.nvidia_repo import load
 from lab.nvidia_repo.payloads import nvidia_smi
 from support import ROOT, run_gpucheck
+from watchkit import Watch
 
 # A site's profile: the lab's checks (the fake CuPy's modelled speed), a reset for an ECC error.
 PROFILE = "name: lab-repair\ninherits: lab\nrepair:\n  gpu.ecc_errors: reset-gpu\n  gpu.row_*: reset-gpu\n"
@@ -39,7 +39,7 @@ def node(tmp_path, slurm):
     if "DRAIN" in slurm.state()[0]:
         slurm.set(state="resume")
     (tmp_path / "lab-repair.yaml").write_text(PROFILE)
-    w = Watch(tmp_path, slurm, site="repair: {burn_s: 3, return_window_s: 3600}\n",
+    w = Watch(tmp_path, slurm.env, site="repair: {burn_s: 3, return_window_s: 3600}\n",
               profile=str(tmp_path / "lab-repair.yaml"))
     layer = tmp_path / "reset.scn"
     w.machine = w.scenario.read_text()  # the healthy machine each fault() starts from

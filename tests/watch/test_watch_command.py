@@ -13,10 +13,10 @@ import subprocess
 
 import psutil
 import pytest
-from watch_helpers import Watch
 
 import slurmkit
 from support import wait_for
+from watchkit import Watch
 
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
 XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x404490=0x80000002"
@@ -35,7 +35,7 @@ def slurm(tmp_path_factory):
 def watch(tmp_path, slurm):
     if "DRAIN" in slurm.state()[0]:
         slurm.set(state="resume")
-    w = Watch(tmp_path, slurm)
+    w = Watch(tmp_path, slurm.env)
     yield w
     w.stop()
 
@@ -113,7 +113,7 @@ def test_the_breaker_holds_a_drain_past_its_share_of_the_fleet_and_says_so(slurm
         slurm.set(state="resume")
     for other in OTHERS[:2]:  # two of four nodes drained by gpucheck a moment ago
         slurm.set(other, state="drain", reason=f"gpucheck: watch: gpu.xid Xid 79 on {other}")
-    watch = Watch(tmp_path, slurm, site="breaker: {fleet_fraction: 0.5}\n")
+    watch = Watch(tmp_path, slurm.env, site="breaker: {fleet_fraction: 0.5}\n")
     try:
         watch.start()
         watch.plant(XID79)

@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import os
 import socket
-import time
 from typing import Any
 
 from .. import breaker
@@ -79,9 +78,9 @@ def tell(path: str, exit_code: int, findings: list[str], node: str | None = None
     if change.verb != "drain" or held_by is None:
         return change
     stamp = dt.datetime.fromisoformat(str(change.annotations[node_rule.TAINTED_AT]))
-    time.sleep(breaker.settle_s(stamp, dt.datetime.now(dt.timezone.utc)))  # the taints made at once all seen
-    if (why := _held(api, held_by, name)) and change.holder == "nobody":  # another node tainted at once, first
-        _decided(api, name, node_rule.taken_back)
+    if change.holder == "nobody" and (why := breaker.second_look(
+            stamp, lambda: _held(api, held_by, name), lambda: _decided(api, name, node_rule.taken_back),
+            lambda: dt.datetime.now(dt.timezone.utc))):
         return change.held(f"{why} (its taint taken back)")
     return change
 

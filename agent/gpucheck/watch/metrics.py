@@ -26,15 +26,16 @@ class WatchMetrics:
     host: str
     path: Path | None  # None: node.yaml names no textfile
     events: dict[str, int] = field(default_factory=dict)  # source (kernel_log, nvml) -> changes judged
-    actions: dict[str, int] = field(default_factory=dict)  # Slurm action (drain, held, keep) -> count
+    scheduler: str = "slurm"  # the one told (tell.py): its actions are counted under its name
+    actions: dict[str, int] = field(default_factory=dict)  # action (drain, held, keep) -> count
     statuses: dict[str, str] = field(default_factory=dict)  # check -> its status when the watcher last ran it
     last_event_s: float = 0.0
     written_s: float = 0.0
     dirty: bool = True
 
     @classmethod
-    def beside(cls, textfile: str | None, host: str) -> WatchMetrics:
-        return cls(host, Path(textfile).with_name(FILE_NAME) if textfile else None)
+    def beside(cls, textfile: str | None, host: str, scheduler: str = "slurm") -> WatchMetrics:
+        return cls(host, Path(textfile).with_name(FILE_NAME) if textfile else None, scheduler=scheduler)
 
     def judged(self, source: str, report: Report) -> None:
         self.events[source] = self.events.get(source, 0) + 1
@@ -56,10 +57,11 @@ class WatchMetrics:
                  "# TYPE gpucheck_watch_events_total counter"]
         lines += [f'gpucheck_watch_events_total{{host="{host}",source="{label(s)}"}} {n}'
                   for s, n in sorted(self.events.items())]
-        lines += ["# HELP gpucheck_watch_slurm_actions_total What the watcher did in Slurm on a failure (drain, "
-                  "held by the breaker, keep: someone else's state).",
-                  "# TYPE gpucheck_watch_slurm_actions_total counter"]
-        lines += [f'gpucheck_watch_slurm_actions_total{{host="{host}",action="{label(a)}"}} {n}'
+        actions = f"gpucheck_watch_{self.scheduler}_actions_total"
+        lines += [f"# HELP {actions} What the watcher did in {self.scheduler} on a failure (drain, held by the "
+                  "breaker, keep: someone else's state).",
+                  f"# TYPE {actions} counter"]
+        lines += [f'{actions}{{host="{host}",action="{label(a)}"}} {n}'
                   for a, n in sorted(self.actions.items())]
         lines += ["# HELP gpucheck_watch_check_status 1 for the status a check had when the watcher last ran it.",
                   "# TYPE gpucheck_watch_check_status gauge"]

@@ -1,10 +1,10 @@
-"""The watcher's loop: wait for a kernel log record or the next NVML poll, judge what changed, tell Slurm, keep
-the report, remember where it stood.
+"""The watcher's loop: wait for a kernel log record or the next NVML poll, judge what changed, tell the workload
+manager (tell.py: Slurm or Kubernetes), keep the report, remember where it stood.
 
 What it judges is `gpucheck node`'s own checks through the same pipeline, with one difference for Xids: the lines
 are the ones the watcher just read (given to gpu.xid as its kernel_log facts), so a fault is judged from the line
 that reported it, not from a second read of the log. A run that could not judge (a harness error) changes nothing
-in Slurm, as everywhere; a pass never resumes (one check proves nothing of the node: drain_rule's `watch` path).
+in the scheduler, as everywhere; a pass never resumes (one check proves nothing of the node: drain_rule's `watch` path).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import config, drain_rule, slurm
+from .. import config, drain_rule, tell
 from ..files import write_atomically
 from ..model import Report
 from ..node import kept_reports
@@ -47,8 +47,7 @@ XID_MARKERS = ("NVRM", "fallen off the bus")  # what the xid parser reads; every
 class Settings:
     kernel_log: str = "/dev/kmsg"
     interval_s: float = 5.0  # NVML poll
-    slurm: bool = False  # drain in Slurm on a failure
-    slurm_node: str | None = None
+    scheduler: tell.Scheduler | None = None  # drain (Slurm) or taint (Kubernetes) on a failure
     config_path: str | None = None
     call_limit_s: float = 10.0  # one NVML poll
 
@@ -68,16 +67,20 @@ class Watcher:
         self.stopped = False
         self.said: set[str] = set()  # the one-time notes said and still true (NVML hung, a log not readable)
         self.saved_text = ""
-        self.metrics = WatchMetrics.beside(self.site.prometheus_textfile, socket.gethostname())
-        self.repairer = Repairer(self.site, settings.slurm_node, self.say, self.sampler.release)
+        told = settings.scheduler
+        self.metrics = WatchMetrics.beside(self.site.prometheus_textfile, socket.gethostname(),
+                                           told.name if told else "slurm")
+        self.repairer = (Repairer(self.site, told.node, self.say, self.sampler.release) if told and told.repairs
+                         else None)
         self.reports_seen = set(_kept())  # a drain another path keeps from now on is looked at for a repair
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._stop)
+        told = self.settings.scheduler
         self.say(f"watching {self.settings.kernel_log} and NVML every {self.settings.interval_s:g} s"
-                 + (" (drains in Slurm)" if self.settings.slurm else ""))
-        if self.settings.slurm and self.repairer.after_reboot():
+                 + (f" (tells {told.name} on a failure)" if told else ""))
+        if self.repairer and self.repairer.after_reboot():
             self.rebaseline()
         next_poll = time.monotonic()
         log_retry = 0.0
@@ -170,7 +173,7 @@ class Watcher:
             self.judge(moved, "nvml")
 
     def judge(self, moved: dict[str, list[str]], source: str, given: dict[str, Any] | None = None) -> Report | None:
-        """Run the checks in `moved` (id -> what moved, seen in `source`), keep the report, tell Slurm on a
+        """Run the checks in `moved` (id -> what moved, seen in `source`), keep the report, tell the scheduler on a
         failure."""
         began = time.monotonic()
         try:
@@ -184,27 +187,30 @@ class Watcher:
         verdicts = ", ".join(f"{r.check} {r.status.value}" for r in report.results)
         self.say(f"{'; '.join(why for whys in moved.values() for why in whys)[:300]} -> {verdicts} "
                  f"({time.monotonic() - began:.2f} s)")
-        if self.settings.slurm and drain_rule.verdict_of(report.exit_code) == "fail":
+        told = self.settings.scheduler
+        if told and drain_rule.verdict_of(report.exit_code) == "fail":
             try:
-                action = drain_rule.tell("watch", report.exit_code, drain_rule.findings(report.results),
-                                         self.settings.slurm_node, held_by=self.site.breaker)
-                self.say(f"slurm: {action.describe()}")
+                action = told.tell("watch", report.exit_code, drain_rule.findings(report.results), self.site.breaker)
+                self.say(f"{told.name}: {action.describe()}")
                 self.metrics.acted(action.verb)
-                report.facts["slurm"] = action.record("watch")
-            except slurm.SlurmError as exc:
-                self.say(f"slurm: {exc}")
+                report.facts[told.name] = action.record("watch")
+            except tell.Unreached as exc:
+                self.say(f"{told.name}: {exc}")
         text = render(report, "json")
-        if note := kept_reports.keep(report, text, active=False):  # Slurm told first
+        if note := kept_reports.keep(report, text, active=False):  # the scheduler told first
             self.once("keep", note)
         self.reports_seen = set(_kept())
-        if self.settings.slurm and report.facts.get("slurm", {}).get("action") in ("drain", "keep"):
+        if self.repairer and report.facts.get("slurm", {}).get("action") in ("drain", "keep"):
             self.repair(json.loads(text))
+        elif told and not told.repairs and report.thresholds.get("repair") and report.facts.get(told.name):
+            self.once("repairs", f"the profile's repairs are made with --slurm only, for now: on {told.name} the "
+                                 "node returns after its active checks pass")
         return report
 
     def look_at_drains(self) -> None:
         """A drain by another path (the health check, a scheduled check), kept since the last look: repaired as
         the watcher's own are."""
-        if not self.settings.slurm:
+        if not self.repairer:
             return
         kept = _kept()
         for name in sorted(set(kept) - self.reports_seen, key=kept_reports.order):
@@ -218,7 +224,7 @@ class Watcher:
         self.reports_seen = set(_kept())
 
     def repair(self, doc: dict[str, Any]) -> None:
-        if self.repairer.repair(doc):
+        if self.repairer and self.repairer.repair(doc):
             self.rebaseline()
 
     def rebaseline(self) -> None:

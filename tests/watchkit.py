@@ -1,5 +1,6 @@
-"""One node's `gpucheck watch` as the systemd unit runs it, against the fake NVML and a real Slurm
-(tests/slurmkit.py): its scenario, kernel log, state directory and output."""
+"""One node's `gpucheck watch` as the systemd unit runs it, against the fake NVML and a real scheduler (Slurm:
+tests/slurmkit.py, or a Kubernetes control plane: tests/kubekit.py): its scenario, kernel log, state directory and
+output."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import psutil
 
-import slurmkit
 from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for
 from support import ROOT, wait_for
 
@@ -21,9 +21,10 @@ from support import ROOT, wait_for
 class Watch:
     """One node's watcher: its scenario, kernel log, state directory and output."""
 
-    def __init__(self, tmp: Path, slurm: slurmkit.SlurmCluster, scenario: str = "dgx-h100", site: str = "",
-                 profile: str = "dgx-h100") -> None:
-        self.tmp, self.slurm = tmp, slurm
+    def __init__(self, tmp: Path, scheduler_env: dict[str, str], scenario: str = "dgx-h100", site: str = "",
+                 profile: str = "dgx-h100", told: tuple[str, ...] = ("--slurm",)) -> None:
+        """The watcher tells its scheduler with the options `told`, in an environment with `scheduler_env`."""
+        self.tmp, self.told = tmp, told
         self.scenario = tmp / "scenario.scn"
         shutil.copy(scenario_path(scenario), self.scenario)
         self.log = tmp / "kern.log"
@@ -33,7 +34,7 @@ class Watch:
         self.metrics.parent.mkdir()
         (tmp / "node.yaml").write_text(f"profile: {profile}\nprometheus_textfile: {tmp / 'prom' / 'gpucheck.prom'}\n"
                                        + site)
-        self.env = {**env_for(self.scenario, build_library()), **slurm.env,
+        self.env = {**env_for(self.scenario, build_library()), **scheduler_env,
                     "GPUCHECK_SYSFS_ROOT": str(write_pci_tree_for(self.scenario, tmp / "sys")),
                     "GPUCHECK_STATE_DIR": str(tmp / "state"), "GPUCHECK_CONFIG": str(tmp / "node.yaml"),
                     "PYTHONPATH": str(ROOT / "agent")}
@@ -46,7 +47,7 @@ class Watch:
         where it stands (not on a full disk)."""
         self.out.write_text("")
         argv = [sys.executable, "-m", "gpucheck", "watch", "--kernel-log", str(self.log), "--interval", "1",
-                "--nvml-timeout", "2", "--slurm"]
+                "--nvml-timeout", "2", *self.told]
         if beside is not None:
             argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", "--", "sh", "-c",
                     f'{beside} 600 & exec "$@"', "sh", *argv]

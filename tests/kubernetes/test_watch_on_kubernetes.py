@@ -1,0 +1,72 @@
+"""`gpucheck watch --kubernetes` against the real control plane (tests/kubekit.py), with the rights of
+deploy/kubernetes' service account: a planted Xid line taints the node's Node at once (the watch path's taint, the
+condition, the label), the report it keeps says so (facts.kubernetes: the history's transitions), a pass after it
+never untaints, and an API it cannot reach is said while it goes on watching."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+import kubekit
+from gpucheck.kubernetes import node_rule
+from support import ROOT, wait_for
+from watchkit import Watch
+
+XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
+XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x404490=0x80000002"
+
+
+@pytest.fixture
+def account(kube, tmp_path):
+    kube.kubectl("apply", "-f", str(ROOT / "deploy" / "kubernetes" / "10-rbac.yaml"))
+    return kubekit.service_account_kubeconfig(kube, "gpucheck", "gpucheck", tmp_path / "gpucheck.kubeconfig")
+
+
+def watching(tmp_path, node: str, kubeconfig) -> Watch:
+    # more of this module's Nodes are tainted within 10 min than the breaker's default share of the fleet
+    return Watch(tmp_path, {}, site="breaker: {fleet_fraction: 1.0, group_fraction: 1.0}\n",
+                 told=("--kubernetes", "--kubernetes-node", node, "--kubeconfig", str(kubeconfig)))
+
+
+def test_an_xid_line_taints_the_node_at_once_and_a_pass_after_it_leaves_the_taint(kube, account, tmp_path):
+    kubekit.add_node(kube, "watched-1")
+    watch = watching(tmp_path, "watched-1", account)
+    watch.start()
+    try:
+        watch.plant(XID79)
+        said = watch.wait("kubernetes: tainted")
+        assert "tainted watched-1 gpucheck/unhealthy:NoSchedule: gpu.xid" in said, said
+        found = kubekit.node(kube, "watched-1")
+        taints = [t for t in found["spec"].get("taints") or [] if t["key"] == node_rule.TAINT_KEY]
+        assert taints == [{"key": node_rule.TAINT_KEY, "value": "watch", "effect": "NoSchedule"}], taints
+        assert found["metadata"]["labels"]["gpucheck/health"] == "fail"
+        condition = kubekit.condition(found, "GPUCheckHealthy")
+        assert condition["status"] == "False" and condition["message"].startswith("gpu.xid "), condition
+        (kept,) = watch.reports()
+        facts = json.loads(kept.read_text())["facts"]
+        assert facts["watch"]["source"] == "kernel_log" and facts["kubernetes"]["action"] == "drain", facts
+        host = f'host="{socket.gethostname()}"'
+        wait_for(lambda: f'gpucheck_watch_kubernetes_actions_total{{{host},action="drain"}} 1'
+                 in watch.metrics.read_text(), 10, "the watcher's metrics")
+        watch.plant(XID13)  # an application's Xid: judged, passes; a pass never untaints (the watch path)
+        watch.wait("gpu.xid pass")
+        assert [t["value"] for t in kubekit.node(kube, "watched-1")["spec"]["taints"]
+                if t["key"] == node_rule.TAINT_KEY] == ["watch"]
+    finally:
+        watch.stop()
+
+
+def test_a_node_it_cannot_reach_is_said_and_it_goes_on_watching(kube, account, tmp_path):
+    watch = watching(tmp_path, "no-such-node", account)
+    watch.start()
+    try:
+        watch.plant(XID79)
+        said = watch.wait("kubernetes: cannot read Node no-such-node: 404")
+        assert "Traceback" not in said, said
+        (kept,) = watch.reports()  # judged and kept all the same: the history has the failure
+        assert "kubernetes" not in json.loads(kept.read_text())["facts"]
+    finally:
+        watch.stop()
