@@ -1,8 +1,9 @@
 """site.yml for real on lab hosts (Debian 12 in network namespaces, packages through the lab's proxy).
 
 The golden image is itself a real run of site.yml on a fresh host (`python -m lab build`; cached
-until the playbook changes). Hosts started from it get site.yml again: the second run must change
-nothing, and the result is checked on the hosts, not taken from the run's word.
+until the playbook changes). Hosts started from it get what the image cannot hold (the agent, the
+cluster's SSH keys), then site.yml whole: it must change nothing, and the result is checked on the
+hosts, not taken from the run's word.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def site(ansible_repo, *args: str):
 
 
 def test_second_run_changes_nothing_and_validate_passes(lab2, ansible_repo):
-    first = site(ansible_repo)  # may update the agent: the golden image ignores agent changes
+    # What the golden image cannot hold, first: this checkout's agent (the image ignores agent changes) and the
+    # cluster's SSH keys for these two hosts (their host keys are new at each start; the image was built on one).
+    # The rest of site.yml ran on these hosts when the image was built: all of it runs now and must change nothing.
+    first = site(ansible_repo, "--tags", "agent,mpi")
     assert first.returncode == 0, first.stdout[-4000:]
     second = site(ansible_repo)
     assert second.returncode == 0, second.stdout[-4000:]
