@@ -151,6 +151,23 @@ def lab2():  # one of the fixtures that mark a test `lab` by its use (conftest.D
 """
 
 
+def recorded_run(project: Path, tests: dict[str, str], *args: str) -> list[list[str]]:
+    """Each file of `tests` (its test functions) written with RECORD beside a pytest.ini, then pytest run with `args`:
+    what the tests recorded (worker, name, nice), in the order they ran."""
+    for name, code in tests.items():
+        (project / name).write_text(RECORD.replace("{tests}", code))
+    (project / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
+    log = project / "recorded.log"
+    log.unlink(missing_ok=True)
+    os.environ["GROUPING_LOG"] = str(log)
+    try:
+        done = pytest_run(project, None, *args)
+    finally:
+        del os.environ["GROUPING_LOG"]
+    assert done.returncode == 0, outcome(done)
+    return [line.split() for line in log.read_text().splitlines()]
+
+
 def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_file_at_a_time(tmp_path: Path) -> None:
     """`make test`'s scheduling: every lab test (marked, or using a lab fixture) on one worker, in collection order,
     before that worker takes anything else; the other files each whole on a worker. A pytest or xdist that ignored
@@ -159,19 +176,10 @@ def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_f
     lab_b = "\n".join(f"def test_b{i}(lab2):\n    record('lab_b{i}')\n" for i in range(3))
     plain = "\n".join(f"def test_p{i}():\n    record('plain{i}')\n" for i in range(6))
     other = "\n".join(f"def test_q{i}():\n    record('other{i}')\n" for i in range(6))
-    (tmp_path / "test_1_plain.py").write_text(RECORD.replace("{tests}", plain))
-    (tmp_path / "test_2_lab.py").write_text(RECORD.replace("{tests}", lab_a))
-    (tmp_path / "test_3_uses_the_lab.py").write_text(RECORD.replace("{tests}", lab_b))
-    (tmp_path / "test_4_plain.py").write_text(RECORD.replace("{tests}", other))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
-    log = tmp_path / "grouping.log"
-    os.environ["GROUPING_LOG"] = str(log)
-    try:
-        done = pytest_run(tmp_path, None, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
-    finally:
-        del os.environ["GROUPING_LOG"]
-    assert done.returncode == 0, outcome(done)
-    ran = [line.split()[:2] for line in log.read_text().splitlines()]
+    files = {"test_1_plain.py": plain, "test_2_lab.py": lab_a, "test_3_uses_the_lab.py": lab_b,
+             "test_4_plain.py": other}
+    ran = [line[:2] for line in recorded_run(tmp_path, files, "-n", "2", "--dist", "loadgroup",
+                                             "--no-loadscope-reorder")]
     by_worker: dict[str, list[str]] = {}
     for worker, name in ran:
         by_worker.setdefault(worker, []).append(name)
@@ -190,25 +198,13 @@ def test_where_a_run_holds_the_lab_chain_every_other_test_gives_way_to_it(tmp_pa
     a run without lab tests leaves every test where it started."""
     lab = "\n".join(f"@pytest.mark.lab\ndef test_a{i}():\n    record('lab_a{i}')\n" for i in range(3))
     plain = "\n".join(f"def test_p{i}():\n    record('plain{i}')\n" for i in range(4))
-    (tmp_path / "test_1_plain.py").write_text(RECORD.replace("{tests}", plain))
-    (tmp_path / "test_2_lab.py").write_text(RECORD.replace("{tests}", lab))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
-    log = tmp_path / "nice.log"
-    os.environ["GROUPING_LOG"] = str(log)
-    try:
-        for files in (("test_1_plain.py", "test_2_lab.py"), ("test_1_plain.py",)):
-            done = pytest_run(tmp_path, None, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", *files)
-            assert done.returncode == 0, outcome(done)
-            nice = {name: int(value) for _, name, value in (line.split() for line in log.read_text().splitlines())}
-            log.unlink()
-            start = os.nice(0)
-            if len(files) == 2:
-                assert nice == {**{f"lab_a{i}": start for i in range(3)},
-                                **{f"plain{i}": min(start + GIVE_WAY, 19) for i in range(4)}}, nice
-            else:
-                assert nice == {f"plain{i}": start for i in range(4)}, nice
-    finally:
-        del os.environ["GROUPING_LOG"]
+    xdist = ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
+    start = os.nice(0)
+    ran = recorded_run(tmp_path, {"test_1_plain.py": plain, "test_2_lab.py": lab}, *xdist)
+    assert {name: int(value) for _, name, value in ran} == {
+        **{f"lab_a{i}": start for i in range(3)}, **{f"plain{i}": min(start + GIVE_WAY, 19) for i in range(4)}}, ran
+    ran = recorded_run(tmp_path, {"test_1_plain.py": plain}, *xdist, "test_1_plain.py")
+    assert {name: int(value) for _, name, value in ran} == {f"plain{i}": start for i in range(4)}, ran
 
 
 def test_after_a_run_the_lab_goes_first_and_the_files_that_wait_are_spread_among_the_longest_first(
