@@ -52,6 +52,13 @@ def node(plane: control_plane.ControlPlane, name: str) -> dict[str, Any]:
     return plane.request("GET", f"/api/v1/nodes/{name}")
 
 
+def gpuchecks_taint(found: dict[str, Any]) -> list[dict[str, str]]:
+    """The Node's taints with gpucheck's key (kubernetes/node_rule.TAINT_KEY)."""
+    from gpucheck.kubernetes.node_rule import TAINT_KEY
+
+    return [t for t in found["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
+
+
 def condition(found: dict[str, Any], kind: str) -> dict[str, str] | None:
     return next((c for c in found.get("status", {}).get("conditions") or [] if c["type"] == kind), None)
 

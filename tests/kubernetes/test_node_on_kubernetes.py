@@ -37,10 +37,6 @@ def gpucheck(kube, nvml: Path, node: str, run: tuple[str, list[str]], *extra: st
                          "--kubeconfig", str(kubeconfig or kube.kubeconfig), *extra], env)
 
 
-def gpuchecks_taint(found: dict) -> list[dict]:
-    return [t for t in found["spec"].get("taints") or [] if t["key"] == node_rule.TAINT_KEY]
-
-
 def not_kubernetes_own(found: dict) -> list[dict]:
     """The Node's taints but those its controllers keep (node.kubernetes.io/unschedulable for a cordon, not-ready
     for a Node no kubelet keeps ready)."""
@@ -53,7 +49,7 @@ def test_a_failure_taints_and_a_pass_untaints_while_the_admins_cordon_and_taint_
     assert failed.returncode == 2, failed.stderr
     assert "gpucheck: kubernetes: tainted gpu-1 gpucheck/unhealthy:NoSchedule: gpu.ecc_errors" in failed.stderr
     found = kubekit.node(kube, "gpu-1")
-    assert gpuchecks_taint(found) == [{"key": "gpucheck/unhealthy", "value": "passive", "effect": "NoSchedule"}]
+    assert kubekit.gpuchecks_taint(found) == [{"key": "gpucheck/unhealthy", "value": "passive", "effect": "NoSchedule"}]
     assert ADMIN in found["spec"]["taints"] and found["spec"]["unschedulable"] is True
     assert found["metadata"]["labels"] == {"rack": "B", "gpucheck/health": "fail"}
     condition = kubekit.condition(found, "GPUCheckHealthy")
@@ -83,7 +79,7 @@ def test_a_passive_pass_leaves_a_taint_an_active_check_set(kube, nvml):
     kubekit.add_node(kube, "gpu-3", taints=[active])
     done = gpucheck(kube, nvml, "gpu-3", PASSES)
     assert done.returncode == 0 and "taint is the active check's" in done.stderr, done.stderr
-    assert gpuchecks_taint(kubekit.node(kube, "gpu-3")) == [active]
+    assert kubekit.gpuchecks_taint(kubekit.node(kube, "gpu-3")) == [active]
 
 
 def test_an_admins_taint_made_between_read_and_write_is_kept(kube, monkeypatch):
@@ -114,14 +110,14 @@ def test_the_service_account_of_deploy_kubernetes_may_do_this_and_no_less(kube, 
     done = gpucheck(kube, nvml, "gpu-5", FAILS, kubeconfig=mine)
     assert done.returncode == 2 and "tainted gpu-5" in done.stderr, done.stderr
     found = kubekit.node(kube, "gpu-5")
-    assert gpuchecks_taint(found) and kubekit.condition(found, "GPUCheckHealthy")["status"] == "False"
+    assert kubekit.gpuchecks_taint(found) and kubekit.condition(found, "GPUCheckHealthy")["status"] == "False"
     # the namespace's default account holds no such right: one line, exit 3, nothing written
     other = kubekit.service_account_kubeconfig(kube, "gpucheck", "default", tmp_path / "default.kubeconfig")
     refused = gpucheck(kube, nvml, "gpu-5", PASSES, kubeconfig=other)
     assert refused.returncode == 3 and refused.stderr.count("\n") == 1, refused.stderr
     assert refused.stderr.startswith("gpucheck: kubernetes: cannot read Node gpu-5: 403 "), refused.stderr
     assert "deploy/kubernetes/10-rbac.yaml" in refused.stderr and "Traceback" not in refused.stderr
-    assert gpuchecks_taint(kubekit.node(kube, "gpu-5"))
+    assert kubekit.gpuchecks_taint(kubekit.node(kube, "gpu-5"))
 
 
 @pytest.mark.parametrize("case, says", [
@@ -155,7 +151,8 @@ def test_with_three_of_four_nodes_of_a_rack_failing_at_once_the_breaker_holds_th
     (held,) = [change for change in changes if change.verb == "held"]
     assert "held by breaker: 3 of 4 nodes of rack K drained by gpucheck within 10 min" in held.why, held.why
     found = kubekit.node(kube, held.node)
-    assert not gpuchecks_taint(found) and node_rule.TAINTED_AT not in found["metadata"].get("annotations", {})
+    assert not kubekit.gpuchecks_taint(found) and node_rule.TAINTED_AT not in found["metadata"].get("annotations", {})
     assert kubekit.condition(found, "GPUCheckHealthy")["status"] == "False"  # the failure still said
     tainted = [kubekit.node(kube, change.node) for change in changes if change.verb == "drain"]
-    assert all(gpuchecks_taint(node) and node_rule.TAINTED_AT in node["metadata"]["annotations"] for node in tainted)
+    assert all(kubekit.gpuchecks_taint(node) and node_rule.TAINTED_AT in node["metadata"]["annotations"]
+               for node in tainted)

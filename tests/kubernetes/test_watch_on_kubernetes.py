@@ -40,7 +40,7 @@ def test_an_xid_line_taints_the_node_at_once_and_a_pass_after_it_leaves_the_tain
         said = watch.wait("kubernetes: tainted")
         assert "tainted watched-1 gpucheck/unhealthy:NoSchedule: gpu.xid" in said, said
         found = kubekit.node(kube, "watched-1")
-        taints = [t for t in found["spec"].get("taints") or [] if t["key"] == node_rule.TAINT_KEY]
+        taints = kubekit.gpuchecks_taint(found)
         assert taints == [{"key": node_rule.TAINT_KEY, "value": "watch", "effect": "NoSchedule"}], taints
         assert found["metadata"]["labels"]["gpucheck/health"] == "fail"
         condition = kubekit.condition(found, "GPUCheckHealthy")
@@ -53,8 +53,7 @@ def test_an_xid_line_taints_the_node_at_once_and_a_pass_after_it_leaves_the_tain
                  in watch.metrics.read_text(), 10, "the watcher's metrics")
         watch.plant(XID13)  # an application's Xid: judged, passes; a pass never untaints (the watch path)
         watch.wait("gpu.xid pass")
-        assert [t["value"] for t in kubekit.node(kube, "watched-1")["spec"]["taints"]
-                if t["key"] == node_rule.TAINT_KEY] == ["watch"]
+        assert [t["value"] for t in kubekit.gpuchecks_taint(kubekit.node(kube, "watched-1"))] == ["watch"]
     finally:
         watch.stop()
 

@@ -34,7 +34,7 @@ class WatchMetrics:
     dirty: bool = True
 
     @classmethod
-    def beside(cls, textfile: str | None, host: str, scheduler: str = "slurm") -> WatchMetrics:
+    def beside(cls, textfile: str | None, host: str, scheduler: str) -> WatchMetrics:
         return cls(host, Path(textfile).with_name(FILE_NAME) if textfile else None, scheduler=scheduler)
 
     def judged(self, source: str, report: Report) -> None:
