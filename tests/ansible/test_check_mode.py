@@ -78,6 +78,8 @@ def test_check_mode_completes_on_this_host_and_changes_nothing(ansible_repo) -> 
     assert "nvidia-fabricmanager-535, libnvidia-nscq-535 at 535.261.03*" in flat
     assert "datacenter-gpu-manager-4-core=1:4.5.2-*, datacenter-gpu-manager-4-cuda12=1:4.5.2-*" in flat
     assert "nccl_tests_enabled is false: nccl-tests is not built" in flat
+    # four GPU roles include nvidia_repo: the repository is configured once per host and run
+    assert output.count("TASK [nvidia_repo : Add NVIDIA's CUDA repository]") == 1, output.count("nvidia_repo : Add")
     assert "a real run installs cupy-cuda12x==14.2.0 into it from files/gpu-cupy-cuda12x.lock (hash-checked)" in flat
 
 

@@ -205,6 +205,10 @@ def test_the_rollout_waits_for_a_job_stops_at_the_first_failing_node_and_a_rerun
     assert again.returncode == 0, again.stdout[-6000:]
     for node in ("node01", "node02"):
         assert f"{node} finished its upgrade to tf-horovod-r550 before: skipped" in flat
+    # each node's turn: NVIDIA's repository configured once (not once per GPU role), the agent's stack part only
+    assert again.stdout.count("TASK [nvidia_repo : Add NVIDIA's CUDA repository]") == 2, again.stdout[-6000:]
+    assert "TASK [gpucheck_agent : Write the node configuration]" in again.stdout
+    assert "TASK [gpucheck_agent : Install the agent from its local wheel only]" not in again.stdout
     assert set(watch.out_at) == {"node03", FAULTY} and watch.most == 1, watch.out_at
     for node in NODES:
         on_stack(node, R550)
