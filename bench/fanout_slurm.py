@@ -27,6 +27,7 @@ from gpucheck.cluster import fanout  # noqa: E402
 from gpucheck.cluster.context import Options  # noqa: E402
 from gpucheck.cluster.inventory import load  # noqa: E402
 from gpucheck.cluster.slurm import fanout as slurm_fanout  # noqa: E402
+from lab import config as lab_config  # noqa: E402
 from lab import slurm as lab_slurm  # noqa: E402
 
 
@@ -43,7 +44,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     os.environ.update(lab_slurm.client_env())
-    hosts = load([str(ROOT / "inventory" / "lab")], None, None).hosts
+    hosts = load([str(lab_config.INVENTORY_DIR)], None, None).hosts
     states = slurm.all_nodes()
     idle = [h for h in hosts if states.get(h.name) and states[h.name].runs_jobs_now]
     if len(idle) != len(hosts):

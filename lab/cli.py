@@ -34,6 +34,9 @@ Typical session (as root, from the repository root, in the virtualenv `make` cre
   python3 -m lab down                         # removes every namespace, link, mount and process
   python3 -m lab demo                         # all of it: build, up 4 (one faulty), site.yml, validate, down
 
+Several labs on one machine: GPUCHECK_LAB_INSTANCE=K (1 to 9; 0, the default, is the one above) gives every
+command a lab of its own: bridge gcKlab0, 10.213.(7+K).0/24, inventory/lab-K (the images are shared).
+
 Exit codes: 0 done, 1 status: something is not as expected, 2 a fault/build step failed,
 3 could not run (not root, no namespaces, lab already up / not up, bad arguments).
 """
@@ -163,6 +166,8 @@ def _print_status(code: int, rows: list[dict], as_json: bool) -> None:
 def dispatch(args: argparse.Namespace) -> int:
     from lab import cluster, ssh, state
 
+    if config.INSTANCE_ERROR:  # never guess which lab a command means
+        raise LabError(config.INSTANCE_ERROR)
     if args.command == "up":
         scenarios = None
         if args.scenarios:

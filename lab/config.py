@@ -1,30 +1,58 @@
-"""Fixed names and places of the lab (one lab per machine)."""
+"""Names and places of the lab. A machine can hold several labs side by side (the test suite runs two at once):
+GPUCHECK_LAB_INSTANCE (0 to 9, default 0) says which one a command means. Instance 0 has the plain names; instance
+K its own prefix, bridge, subnet, state directories, process tag and inventory (inventory/lab-K). The caches (base
+root filesystem, golden images) are the machine's, shared by every instance."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-PREFIX = "gclab"  # every namespace, link and process tag of the lab starts with it
-BRIDGE = f"{PREFIX}0"
-TAG = "--gpucheck-lab"  # marker argument on the command line of every lab process
+INSTANCE_ENV = "GPUCHECK_LAB_INSTANCE"
+MAX_INSTANCE = 9
 
-RUN_DIR = Path("/run/gpucheck-lab")  # state, keys, known_hosts, logs, mount points
-DATA_DIR = Path("/var/lib/gpucheck-lab")  # per-host overlay upper/work dirs (can grow to GBs)
-CACHE_DIR = Path("/var/cache/gpucheck-lab")  # base rootfs and golden images, kept between runs
-LOCK_FILE = Path("/run/gpucheck-lab.lock")
+
+def instance_from(value: str | None) -> int:
+    """The instance GPUCHECK_LAB_INSTANCE names; ValueError (its one line) for anything but 0 to 9."""
+    text = (value or "").strip() or "0"
+    if not text.isdigit() or int(text) > MAX_INSTANCE:
+        raise ValueError(f"{INSTANCE_ENV} must be a number from 0 to {MAX_INSTANCE}, not {value!r}")
+    return int(text)
+
+
+try:
+    INSTANCE, INSTANCE_ERROR = instance_from(os.environ.get(INSTANCE_ENV)), ""
+except ValueError as exc:  # every command refuses to run (state.locked, cli): never another instance's lab
+    INSTANCE, INSTANCE_ERROR = 0, str(exc)
+SUFFIX = f"-{INSTANCE}" if INSTANCE else ""
+
+# Every namespace and link of the lab starts with it; no instance's prefix starts another's.
+PREFIX = f"gc{INSTANCE}lab" if INSTANCE else "gclab"
+BRIDGE = f"{PREFIX}0"
+TAG = f"--gpucheck-lab={INSTANCE}" if INSTANCE else "--gpucheck-lab"  # an argument of every lab process
+
+RUN_DIR = Path(f"/run/gpucheck-lab{SUFFIX}")  # state, keys, known_hosts, logs, mount points
+DATA_DIR = Path(f"/var/lib/gpucheck-lab{SUFFIX}")  # per-host overlay upper/work dirs (can grow to GBs)
+CACHE_DIR = Path("/var/cache/gpucheck-lab")  # base rootfs and golden images, kept between runs, shared
+LOCK_FILE = Path(f"/run/gpucheck-lab{SUFFIX}.lock")
 
 STATE_FILE = RUN_DIR / "state.json"
 KEY_FILE = RUN_DIR / "id_ed25519"
 KNOWN_HOSTS = RUN_DIR / "known_hosts"
 PROXY_LOG = RUN_DIR / "proxy.log"
-INVENTORY = REPO_ROOT / "inventory" / "lab" / "hosts.yml"
+LAB_INVENTORY_DIR = REPO_ROOT / "inventory" / "lab"  # its group_vars are every instance's
+INVENTORY_DIR = REPO_ROOT / "inventory" / f"lab{SUFFIX}"
+INVENTORY = INVENTORY_DIR / "hosts.yml"
 DEFAULT_PLAYBOOK = REPO_ROOT / "site.yml"
 
 # A private /24 that nothing on the build machines uses (checked against `ip route` at `up`).
-DEFAULT_SUBNET = "10.213.7.0/24"
+DEFAULT_SUBNET = f"10.213.{7 + INSTANCE}.0/24"
 PROXY_PORT = 3128
+# The bridge's name on every lab host (its /etc/hosts): the stand-in NVIDIA repository is served there by this
+# name, so a golden image built by one lab instance names the right server in every other.
+BRIDGE_HOST = "lab-bridge"
 NVIDIA_REPO_PORT = 3129  # the stand-in NVIDIA repository's server, on the bridge address (lab/standin_repo.py)
 HOST_OFFSET = 10  # node01 gets .11, node02 .12, ...
 MAX_HOSTS = 64

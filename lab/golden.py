@@ -99,11 +99,24 @@ def build(playbook: Path, fresh: bool = False) -> str:
         raise LabError(f"no playbook at {playbook} (pass --playbook PATH)")
     key = images.golden_key(playbook)
     if images.find(playbook) and not fresh:
-        log = log_of(key)
-        return (f"{describe(key)} is up to date for {playbook.name}; `build --fresh` rebuilds it"
-                + (f"; its build's output: {log}" if log else ""))
+        return up_to_date(key, playbook)
     if state.load() is not None:
         raise LabError("a lab is up: the build needs a fresh host; run `python3 -m lab down` first")
+    waiting = f"another lab is building the golden image {key} for {playbook.name}: waiting for it"
+    with state.cache_locked(f"golden-{key}", waiting):
+        if images.find(playbook) and not fresh:  # the other lab's build, just finished
+            return up_to_date(key, playbook)
+        return build_locked(playbook, key)
+
+
+def up_to_date(key: str, playbook: Path) -> str:
+    log = log_of(key)
+    return (f"{describe(key)} is up to date for {playbook.name}; `build --fresh` rebuilds it"
+            + (f"; its build's output: {log}" if log else ""))
+
+
+def build_locked(playbook: Path, key: str) -> str:
+    """The build itself, under the image's lock."""
     begin = time.monotonic()
     log = build_log(key)
     log.parent.mkdir(parents=True, exist_ok=True)

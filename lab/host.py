@@ -64,7 +64,8 @@ def apt_proxy_conf(proxy_url: str) -> str:
     """Debian's archive through the lab's proxy; the bridge itself (the stand-in NVIDIA repository) directly."""
     bridge = urlsplit(proxy_url).hostname
     return (f'Acquire::http::Proxy "{proxy_url}";\nAcquire::https::Proxy "{proxy_url}";\n'
-            f'Acquire::http::Proxy::{bridge} "DIRECT";\nAcquire::Retries "3";\n')
+            f'Acquire::http::Proxy::{bridge} "DIRECT";\nAcquire::http::Proxy::{config.BRIDGE_HOST} "DIRECT";\n'
+            'Acquire::Retries "3";\n')
 
 
 def sshd_drop_in() -> str:
@@ -93,11 +94,13 @@ def machine_id(name: str) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"gpucheck-lab:machine/{name}").hex
 
 
-def hosts_file(hosts: list[HostState]) -> str:
+def hosts_file(hosts: list[HostState], bridge: str) -> str:
     lines = [
-        "# Written by the gpucheck lab: every lab host, by name and address.",
+        "# Written by the gpucheck lab: every lab host, by name and address, and the bridge (the stand-in NVIDIA",
+        "# repository's server).",
         "127.0.0.1\tlocalhost",
         "::1\tlocalhost ip6-localhost ip6-loopback",
+        f"{bridge}\t{config.BRIDGE_HOST}",
     ]
     lines += [f"{h.address}\t{h.name}" for h in hosts]
     return "\n".join(lines) + "\n"
@@ -110,7 +113,7 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
     files = [
         ("/etc/hostname", host.name + "\n", 0o644),
         ("/etc/machine-id", machine_id(host.name) + "\n", 0o444),
-        ("/etc/hosts", hosts_file(all_hosts), 0o644),
+        ("/etc/hosts", hosts_file(all_hosts, urlsplit(proxy_url).hostname or ""), 0o644),
         ("/etc/resolv.conf", "# lab hosts have no DNS: they know each other from /etc/hosts\n", 0o644),
         ("/etc/ssh/ssh_host_ed25519_key", identity.host_key, 0o600),
         ("/etc/ssh/ssh_host_ed25519_key.pub", identity.host_pub + "\n", 0o644),

@@ -16,7 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
-from lab import config, rootfs
+from lab import config, rootfs, state
 
 # Parts of the tree that never change what the playbook does (the lab itself, tests, caches, docs),
 # and the agent with its profiles: the gpucheck_agent role reinstalls them whenever site.yml runs on
@@ -125,9 +125,12 @@ def meta(key: str) -> dict:
 def prune(playbook: Path, keep: str) -> list[str]:
     """Remove older golden images of the same playbook (they can be GBs each); return their keys."""
     removed = []
-    for path in config.CACHE_DIR.glob("golden-*"):
+    for path in sorted(config.CACHE_DIR.glob("golden-*")):
         key = path.name.removeprefix("golden-").removesuffix(".tmp")
+        if path.name.endswith(".lock") or state.cache_lock_held(f"golden-{key}"):  # another lab is building it
+            continue
         if key != keep and (path.name.endswith(".tmp") or meta(key).get("playbook") == str(playbook.resolve())):
             shutil.rmtree(path, ignore_errors=True)
+            (config.CACHE_DIR / f"golden-{key}.lock").unlink(missing_ok=True)
             removed.append(key)
     return removed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import time
@@ -63,6 +64,9 @@ def render(state: LabState) -> str:
 
 def write(state: LabState, path: Path = config.INVENTORY) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
+    shared = path.parent / "group_vars"
+    if path.parent != config.LAB_INVENTORY_DIR and not shared.is_symlink():  # another instance: inventory/lab-K
+        shared.symlink_to(os.path.relpath(config.LAB_INVENTORY_DIR / "group_vars", path.parent))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(render(state))
     os.replace(tmp, path)
@@ -71,3 +75,8 @@ def write(state: LabState, path: Path = config.INVENTORY) -> Path:
 
 def remove(path: Path = config.INVENTORY) -> None:
     path.unlink(missing_ok=True)
+    if path.parent != config.LAB_INVENTORY_DIR:  # another instance's inventory/lab-K goes whole
+        (path.parent / "group_vars").unlink(missing_ok=True)
+        path.with_suffix(".tmp").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # something else in it: left as it is
+            path.parent.rmdir()

@@ -55,7 +55,7 @@ def tagged() -> list[int]:
 def host_boots() -> list[int]:
     """Every systemd-nspawn booting a lab host (they carry no tag: their argv is systemd-nspawn's own)."""
     return matching(lambda argv: bool(argv) and argv[0].endswith("systemd-nspawn")
-                    and any(str(config.RUN_DIR) in a for a in argv))
+                    and any(f"{config.RUN_DIR}/" in a for a in argv))
 
 
 def children(pid: int) -> list[int]:

@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The gpucheck lab's allow-list forward proxy.")
     parser.add_argument("--listen", required=True, help="ADDR:PORT (the lab bridge address)")
     parser.add_argument("--allow", action="append", default=[], help="a host name hosts may reach")
-    parser.add_argument("--gpucheck-lab", action="store_true", help="marks this process as the lab's")
+    parser.add_argument("--gpucheck-lab", nargs="?", const="0", metavar="INSTANCE",
+                        help="marks this process as the lab's (config.TAG: its instance after =)")
     args = parser.parse_args(argv)
     try:
         serve(args.listen, args.allow)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lab import config, progress
+from lab import config, progress, state
 from lab.errors import LabError
 
 SUITE = "bookworm"
@@ -169,6 +169,14 @@ def ensure_base() -> Path:
     final = base_dir(key)
     if (final / "root/etc/debian_version").is_file():
         return final / "root"
+    with state.cache_locked(f"base-{key}", "another lab is building the base root filesystem: waiting for it"):
+        if (final / "root/etc/debian_version").is_file():
+            return final / "root"
+        return build_base(key, sources, conf_files)
+
+
+def build_base(key: str, sources: list[str], conf_files: list[Path]) -> Path:
+    final = base_dir(key)
     if shutil.which("mmdebstrap") is None:
         raise LabError("mmdebstrap is missing: apt-get install mmdebstrap (see lab/apt-packages.txt)")
     tmp = config.CACHE_DIR / f"base-{key}.tmp"

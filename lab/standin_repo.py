@@ -23,10 +23,13 @@ LOG = config.RUN_DIR / "nvidia-repo.log"
 
 
 def start(st: LabState) -> None:
-    """Build the repository and serve it; record where (st.nvidia_repo_url) and its key's fingerprint."""
+    """Build the repository and serve it on the bridge; record the URL the hosts reach it by (st.nvidia_repo_url,
+    through config.BRIDGE_HOST) and its key's fingerprint."""
     with step("the stand-in NVIDIA repository (build, sign, serve on the bridge)"):
         try:
-            built = build(OUT_DIR, key_home=KEY_HOME, cache_dir=COMPILE_CACHE)
+            # one key and one compile cache for every lab on the machine: one builder at a time
+            with state.cache_locked("nvidia-repo", "another lab is building its stand-in NVIDIA repository"):
+                built = build(OUT_DIR, key_home=KEY_HOME, cache_dir=COMPILE_CACHE)
         except NvidiaRepoError as exc:
             raise LabError(f"cannot build the stand-in NVIDIA repository: {exc}") from exc
         shutil.copyfile(built.key, built.nvidia / KEY_NAME)
@@ -35,7 +38,7 @@ def start(st: LabState) -> None:
         proc = procs.spawn([sys.executable, "-I", str(SERVE), "--listen", listen, "--directory", str(built.nvidia),
                             config.TAG], LOG)
         st.nvidia_repo_pid = proc.pid
-        st.nvidia_repo_url = f"http://{listen}/"
+        st.nvidia_repo_url = f"http://{config.BRIDGE_HOST}:{config.NVIDIA_REPO_PORT}/"  # the hosts' name for it
         st.nvidia_repo_fingerprint = built.fingerprint
         state.save(st)
         procs.wait_serving(proc, st.bridge_address, config.NVIDIA_REPO_PORT,

@@ -1,6 +1,6 @@
 """What the lab has created, recorded as it is created, so `down` can undo it even after a crash.
 
-The state is one JSON file under /run/gpucheck-lab. Every command that changes the lab holds an
+The state is one JSON file under /run/gpucheck-lab (config.RUN_DIR). Every command that changes the lab holds an
 exclusive lock (flock) for its whole run, so two `up`s cannot interleave.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lab import config
 from lab.errors import LabError
+from lab.progress import say
 
 
 @dataclass
@@ -89,6 +90,8 @@ def remove(path: Path = config.STATE_FILE) -> None:
 @contextmanager
 def locked(path: Path = config.LOCK_FILE) -> Iterator[None]:
     """Hold the lab's lock; refuse at once (one line) if another lab command holds it."""
+    if config.INSTANCE_ERROR:
+        raise LabError(config.INSTANCE_ERROR)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         try:
@@ -107,3 +110,34 @@ def load_up() -> LabState:
     if st is None:
         raise LabError("no lab is up: start one with `python3 -m lab up --hosts 3`")
     return st
+
+
+@contextmanager
+def cache_locked(name: str, waiting: str) -> Iterator[None]:
+    """Hold the machine's lock NAME on the shared cache (every lab instance builds the same base and golden
+    images): a second builder waits, saying WAITING once, and then finds the first one's result."""
+    config.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(config.CACHE_DIR / f"{name}.lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(waiting)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def cache_lock_held(name: str) -> bool:
+    """Whether a builder holds the machine's lock NAME right now (its half-built result is not a leftover)."""
+    path = config.CACHE_DIR / f"{name}.lock"
+    if not path.exists():
+        return False
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False

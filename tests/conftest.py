@@ -24,6 +24,19 @@ for path in (str(Path(__file__).resolve().parent), str(ROOT / "agent"), str(ROOT
         sys.path.insert(0, path)
 
 
+def lab_instance_of_worker(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Each pytest-xdist worker has a lab instance of its own (lab/config.py: gw1's is the run's first + 1), so the
+    lab's two chains run side by side; set before anything imports lab.config, and inherited by every `python3 -m
+    lab` a test starts. A serial run keeps the instance it was given (0 by default)."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    first = environ.get("GPUCHECK_LAB_INSTANCE", "0")
+    if worker[:2] == "gw" and worker[2:].isdigit() and first.isdigit():
+        environ["GPUCHECK_LAB_INSTANCE"] = str(int(first) + int(worker[2:]))
+
+
+lab_instance_of_worker(os.environ)
+
+
 def cuda_devices() -> int:
     """How many CUDA devices CuPy sees, asked in a child process (CUDA is never initialised in pytest's own)."""
     code = "import cupy; print(cupy.cuda.runtime.getDeviceCount())"
@@ -39,7 +52,9 @@ def cuda_devices() -> int:
 # A test that starts one another way fails under `make check` (support.starting) until it carries the mark.
 DAEMON_FIXTURES = {"lab_session": "lab", "lab2": "lab", "lab4": "lab", "sshd": "sshd", "slurm": "slurm",
                    "kube": "kubernetes"}
-LAB_GROUP = "lab"  # pytest-xdist: every lab test on one worker, in order (the machine holds one lab at a time)
+# pytest-xdist: the lab tests in two chains, each on one worker, in order, with a lab instance of its own (the
+# worker's). The first chain is LAB_GROUP; a module marked lab_chain(NAME) is in the chain LAB_GROUP-NAME.
+LAB_GROUP = "lab"
 # Every test of the Kubernetes control plane on one worker too: one build (minutes, cached after), one plane.
 KUBERNETES_GROUP = "kubernetes"
 
@@ -51,10 +66,11 @@ def mark_daemons(item: pytest.Item) -> None:
 
 
 def group_of(item: pytest.Item) -> str:
-    """The unit a worker takes whole: the lab tests together (one worker, in order), the Kubernetes control plane's
-    together, every other test with its file (its module fixtures paid once)."""
+    """The unit a worker takes whole: each lab chain's tests together (one worker, in order), the Kubernetes
+    control plane's together, every other test with its file (its module fixtures paid once)."""
     if item.get_closest_marker("lab"):
-        return LAB_GROUP
+        chain = item.get_closest_marker("lab_chain")
+        return f"{LAB_GROUP}-{chain.args[0]}" if chain else LAB_GROUP
     return KUBERNETES_GROUP if item.get_closest_marker("kubernetes") else item.nodeid.split("::", 1)[0]
 
 
@@ -107,7 +123,7 @@ def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
     `--no-loadscope-reorder` xdist hands out the groups in this order: one worker starts the lab's long chain at
     once, and a long file never starts last and leaves the other workers idle at the end. Every worker reads the
     same cache, so all collect the same order."""
-    here = {group_of(item) for item in items} - {LAB_GROUP}
+    here = {group_of(item) for item in items if not item.get_closest_marker("lab")}
     seconds = {name: value for name, value in cached_times(config, GROUP_SECONDS).items() if name in here}
     rank = {name: i for i, name in enumerate(hand_out_order(seconds, cached_times(config, GROUP_CPU_SECONDS)))}
     items.sort(key=lambda item: (not item.get_closest_marker("lab"), rank.get(group_of(item), len(rank))))
@@ -148,12 +164,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[LAB_IN_RUN] = any(item.get_closest_marker("lab") for item in items)
 
 
-# The lab chain is a run's critical path: one worker, the golden image first (a site.yml run), over an hour; the
-# other workers' tests have that long to finish. On two cores they took its CPU (the golden image: 6 min alone, 28
-# beside the other tests; 9 once they gave way). So where a run holds the chain, a worker that runs the other tests
-# gives way to it: support.GIVE_WAY steps of nice above where it started, inherited by what its tests start; the
-# lab's hosts, started by the chain's worker, keep the start's. The tests that give way still have every cycle the
-# chain leaves (alone, it keeps about one core of two busy).
+# The lab chains are a run's critical path: a worker each, the golden image first (a site.yml run), half an hour
+# and more; the other workers' tests have that long to finish. On two cores they took the chain's CPU (the golden
+# image: 6 min alone, 28 beside the other tests; 9 once they gave way). So where a run holds a chain, a worker that
+# runs the other tests gives way to it: support.GIVE_WAY steps of nice above where it started, inherited by what its
+# tests start; the lab's hosts, started by a chain's worker, keep the start's. The tests that give way still have
+# every cycle the chains leave (alone, one chain keeps about one core of two busy: hence two chains).
 LAB_IN_RUN = pytest.StashKey[bool]()
 STARTED_AT_NICE = os.nice(0)
 
@@ -307,6 +323,8 @@ class LabEvidenceFromWorkers:
 
 def pytest_configure(config: pytest.Config) -> None:
     from labkit import ci
+
+    config.addinivalue_line("markers", "lab_chain(name): a lab module of the second lab chain (group lab-NAME)")
 
     if getattr(config, "cache", None) is not None and not hasattr(config, "workerinput"):  # not on an xdist worker
         config.pluginmanager.register(GroupTimes(config.cache), "gpucheck-group-times")

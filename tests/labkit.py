@@ -13,14 +13,13 @@ from typing import NoReturn
 import pytest
 import yaml
 
+from lab import config
 from support import starting
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_DIR = Path("/run/gpucheck-lab")
-KEY = RUN_DIR / "id_ed25519"
-KNOWN_HOSTS = RUN_DIR / "known_hosts"
-INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
-TAG = "--gpucheck-lab"
+# This process's lab instance (tests/conftest.py gives each xdist worker its own): its places and names.
+RUN_DIR, KEY, KNOWN_HOSTS = config.RUN_DIR, config.KEY_FILE, config.KNOWN_HOSTS
+INVENTORY, TAG = config.INVENTORY, config.TAG
 # The session lab: three hosts, each with different simulated GPUs (2, 8 and 7 of them), so a
 # host that saw another host's GPUs (or the controller's) would show up as a wrong count.
 SCENARIOS = {"node01": ("lab", 2), "node02": ("dgx-h100", 8), "node03": ("seven-of-eight", 7)}
@@ -85,25 +84,62 @@ def lab_is_up() -> bool:
     return (RUN_DIR / "state.json").exists()
 
 
+def argv_of(pid: int) -> list[str]:
+    try:
+        return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    except OSError:
+        return []
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def whose(words: list[str]) -> bool | None:
+    """True: a process of this instance's lab (its tag, or a systemd-nspawn booting from its run directory);
+    False: another instance's; None: neither says."""
+    if TAG in words or (words[0].endswith("systemd-nspawn") and any(f"{RUN_DIR}/" in w for w in words)):
+        return True
+    if any(w.startswith("--gpucheck-lab") for w in words) or (
+            words[0].endswith("systemd-nspawn") and any("/run/gpucheck-lab" in w for w in words)):
+        return False
+    return None
+
+
+def ours(pid: int) -> bool:
+    """Whether a process of a lab host (its sshd, a process a test left there) is this instance's: its nearest
+    ancestor that says; one that none claims is an orphan of some lab, and counts."""
+    while pid > 1:
+        claimed = whose(argv_of(pid))
+        if claimed is not None:
+            return claimed
+        pid = parent_of(pid)
+    return True
+
+
 def leftovers() -> list[str]:
-    """Everything of a lab still on this machine: namespaces, links, mounts, processes, inventory."""
+    """Everything of this instance's lab still on this machine: namespaces, links, mounts, processes, inventory
+    (another instance's lab, up beside it, is not a leftover of this one)."""
     found = []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
-    found += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith("gclab")]
+    found += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith(config.PREFIX + "-")]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30).stdout
-    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if "gclab" in line]
+    found += [f"link {name}" for name in (line.split(":")[1].strip().split("@")[0] for line in links.splitlines())
+              if name.startswith(config.PREFIX)]
     for line in Path("/proc/mounts").read_text().splitlines():
-        if "gclab" in line or "gpucheck-lab" in line:
+        places = (f"{RUN_DIR}/", f" {RUN_DIR} ", f"{config.DATA_DIR}/", f" {config.DATA_DIR} ", f"/{config.PREFIX}-")
+        if any(place in line for place in places):
             found.append(f"mount {line}")
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+        words = argv_of(int(pid))
+        if not words or not words[0]:
             continue
-        words = [a.decode(errors="replace") for a in argv]
-        nspawn = words[0].endswith("systemd-nspawn") and any(str(RUN_DIR) in w for w in words)
-        if TAG in words or "sshd: /usr/sbin/sshd -D -e -f /etc/gpucheck-lab/sshd_config" in " ".join(words) \
-                or "4321.5" in words or nspawn:
+        lab_host_process = ("sshd: /usr/sbin/sshd -D -e -f /etc/gpucheck-lab/sshd_config" in " ".join(words)
+                            or "4321.5" in words)
+        if whose(words) or (lab_host_process and ours(int(pid))):
             found.append(f"process {pid}: {shlex.join(words)}")
     if INVENTORY.exists():
         found.append(f"file {INVENTORY}")

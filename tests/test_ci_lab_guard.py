@@ -141,7 +141,8 @@ import pytest
 
 def record(name):
     with open(os.environ["GROUPING_LOG"], "a") as log:
-        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {name} {os.nice(0)}\\n")
+        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {name} {os.nice(0)} "
+                  f"{os.environ.get('GPUCHECK_LAB_INSTANCE', '-')}\\n")
 
 @pytest.fixture
 def lab2():  # one of the fixtures that mark a test `lab` by its use (conftest.DAEMON_FIXTURES)
@@ -153,7 +154,7 @@ def lab2():  # one of the fixtures that mark a test `lab` by its use (conftest.D
 
 def recorded_run(project: Path, tests: dict[str, str], *args: str) -> list[list[str]]:
     """Each file of `tests` (its test functions) written with RECORD beside a pytest.ini, then pytest run with `args`:
-    what the tests recorded (worker, name, nice), in the order they ran."""
+    what the tests recorded (worker, name, nice, lab instance), in the order they ran."""
     for name, code in tests.items():
         (project / name).write_text(RECORD.replace("{tests}", code))
     (project / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
@@ -193,6 +194,48 @@ def test_the_lab_tests_share_one_worker_first_in_their_order_and_the_rest_go_a_f
     assert by_worker[elsewhere], by_worker  # the other worker did not wait for the lab chain
 
 
+MEET = """
+def meet(me, other):  # each chain's first test waits for the other's: they run at once, or this fails
+    import pathlib, time
+    here = pathlib.Path(os.environ["GROUPING_LOG"]).parent
+    (here / f"started-{me}").touch()
+    deadline = time.monotonic() + 60
+    while not (here / f"started-{other}").exists():
+        assert time.monotonic() < deadline, f"chain {other} never ran beside chain {me}"
+        time.sleep(0.05)
+"""
+
+
+def chain_tests(prefix: str, other: str) -> str:
+    """Three tests recording `{prefix}0`.. in order, the first meeting the chain `other`'s first."""
+    first = f"def test_{prefix}0():\n    meet('{prefix}', '{other}')\n    record('lab_{prefix}0')\n"
+    return MEET + first + "".join(f"def test_{prefix}{i}():\n    record('lab_{prefix}{i}')\n" for i in (1, 2))
+
+
+def test_the_second_lab_chain_runs_beside_the_first_on_a_worker_and_a_lab_instance_of_its_own(tmp_path: Path) -> None:
+    """A lab module marked lab_chain("second") is a chain of its own: started at once, beside the first chain, on
+    another worker, whose lab instance (GPUCHECK_LAB_INSTANCE: the run's first, 2 here, plus the worker's number)
+    is not the first chain's; each chain's tests on one worker, in their order."""
+    files = {"test_1_first.py": "pytestmark = pytest.mark.lab\n" + chain_tests("a", "b"),
+             "test_2_second.py": 'pytestmark = [pytest.mark.lab, pytest.mark.lab_chain("second")]\n'
+                                 + chain_tests("b", "a"),
+             "test_3_plain.py": "".join(f"def test_p{i}():\n    record('plain{i}')\n" for i in range(4))}
+    os.environ["GPUCHECK_LAB_INSTANCE"] = "2"
+    try:
+        ran = recorded_run(tmp_path, files, "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")
+    finally:
+        del os.environ["GPUCHECK_LAB_INSTANCE"]
+    by_worker: dict[str, list[str]] = {}
+    for worker, name, _, instance in ran:
+        by_worker.setdefault(worker, []).append(name)
+        assert instance == str(2 + int(worker.removeprefix("gw"))), ran
+    holders = {prefix: [w for w, names in by_worker.items() if any(n.startswith(prefix) for n in names)]
+               for prefix in ("lab_a", "lab_b")}
+    assert len(holders["lab_a"]) == len(holders["lab_b"]) == 1 and holders["lab_a"] != holders["lab_b"], by_worker
+    for prefix, (worker,) in holders.items():
+        assert by_worker[worker][:3] == [f"{prefix}{i}" for i in range(3)], by_worker
+
+
 def test_where_a_run_holds_the_lab_chain_every_other_test_gives_way_to_it(tmp_path: Path) -> None:
     """The lab tests run at the nice the run started at, every other test GIVE_WAY steps above it (the cap is 19);
     a run without lab tests leaves every test where it started."""
@@ -201,10 +244,10 @@ def test_where_a_run_holds_the_lab_chain_every_other_test_gives_way_to_it(tmp_pa
     xdist = ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
     start = os.nice(0)
     ran = recorded_run(tmp_path, {"test_1_plain.py": plain, "test_2_lab.py": lab}, *xdist)
-    assert {name: int(value) for _, name, value in ran} == {
+    assert {name: int(value) for _, name, value, _ in ran} == {
         **{f"lab_a{i}": start for i in range(3)}, **{f"plain{i}": min(start + GIVE_WAY, 19) for i in range(4)}}, ran
     ran = recorded_run(tmp_path, {"test_1_plain.py": plain}, *xdist, "test_1_plain.py")
-    assert {name: int(value) for _, name, value in ran} == {f"plain{i}": start for i in range(4)}, ran
+    assert {name: int(value) for _, name, value, _ in ran} == {f"plain{i}": start for i in range(4)}, ran
 
 
 def test_after_a_run_the_lab_goes_first_and_the_files_that_wait_are_spread_among_the_longest_first(

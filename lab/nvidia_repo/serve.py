@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The gpucheck lab's server of the stand-in NVIDIA repository.")
     parser.add_argument("--listen", required=True, help="ADDR:PORT")
     parser.add_argument("--directory", required=True)
-    parser.add_argument("--gpucheck-lab", action="store_true", help="the lab's process tag")
+    parser.add_argument("--gpucheck-lab", nargs="?", const="0", metavar="INSTANCE",
+                        help="marks this process as the lab's (config.TAG: its instance after =)")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     server = ThreadingHTTPServer((host, int(port)), functools.partial(Handler, directory=args.directory))

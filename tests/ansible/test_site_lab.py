@@ -54,7 +54,7 @@ def lab_vars() -> dict:
 
 
 def site(ansible_repo, *args: str):
-    done = ansible_repo.run("ansible-playbook", "-i", "inventory/lab/hosts.yml", "site.yml", *args, timeout=2400)
+    done = ansible_repo.run("ansible-playbook", "-i", str(INVENTORY), "site.yml", *args, timeout=2400)
     assert "PLAY RECAP" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
     return done
 

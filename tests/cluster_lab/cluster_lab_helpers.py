@@ -22,7 +22,7 @@ from gpucheck.cluster.context import ClusterContext, NodeOutcome, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.cluster.ssh.result import Remote
 from gpucheck.model import Status
-from lab import compute
+from lab import compute, config
 from labkit import lab_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,8 +230,8 @@ def runner_for(ctx: ClusterContext, **kwargs: Any) -> FakeRunner:
 
 # ------------------------------------------------------------------ lab runs
 
-LAB_INVENTORY = ROOT / "inventory" / "lab" / "hosts.yml"
-GOLDEN_GLOB = "/var/cache/gpucheck-lab/golden-*/meta.json"
+LAB_INVENTORY = config.INVENTORY  # this worker's lab instance's (tests/conftest.py)
+GOLDEN_GLOB = f"{config.CACHE_DIR}/golden-*/meta.json"
 SCENARIOS = ("dgx-h100", "dgx-h100", "dgx-h100", "ecc-uncorrected")
 HEALTHY = ("node01", "node02", "node03")
 FAULTY = "node04"
@@ -332,9 +332,10 @@ def changed(output: str) -> dict[str, int]:
 
 
 def refresh_agent(timeout: float = 900) -> float:
-    """ansible-playbook site.yml --tags agent against the lab: the hosts run this checkout's agent."""
+    """ansible-playbook site.yml --tags agent,mpi against the lab: the hosts run this checkout's agent, and OpenMPI
+    is set for this lab's subnet (the golden image may have been built by another lab instance, on its own)."""
     began = time.monotonic()
-    done = ansible_playbook("site.yml", "--tags", "agent", timeout=timeout)
+    done = ansible_playbook("site.yml", "--tags", "agent,mpi", timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"refreshing the agent failed ({done.returncode}):\n{done.stdout[-6000:]}\n"
                              f"{done.stderr[-3000:]}")
@@ -342,16 +343,17 @@ def refresh_agent(timeout: float = 900) -> float:
 
 
 def netns_exec(node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    """A command inside a lab host's network namespace (gclab-<node>, lab/config.py)."""
-    done = subprocess.run(["ip", "netns", "exec", f"gclab-{node}", *argv], capture_output=True, text=True, timeout=60)
+    """A command inside a lab host's network namespace (lab/config.py netns_name)."""
+    netns = config.netns_name(node)
+    done = subprocess.run(["ip", "netns", "exec", netns, *argv], capture_output=True, text=True, timeout=60)
     if check and done.returncode != 0:
-        raise AssertionError(f"ip netns exec gclab-{node} {' '.join(argv)}: {done.stderr}")
+        raise AssertionError(f"ip netns exec {netns} {' '.join(argv)}: {done.stderr}")
     return done
 
 
 def host_veth(node: str) -> str:
     """The host-side end of the node's veth pair (lab/config.py veth_name)."""
-    return f"gclabv-{node}"[:15]
+    return config.veth_name(node)
 
 
 def slow_link(node: str, rate: str = "200mbit") -> None:

@@ -6,16 +6,14 @@ no other lab on the machine: skipped otherwise, failed under CI (labkit.lab_unav
 from __future__ import annotations
 
 import glob
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from cluster_lab_helpers import FAULTY, GOLDEN_GLOB, ROOT, SCENARIOS, LabState, changed, lab, refresh_agent, scheduler
 
+from lab import config
 from labkit import lab_unavailable, require_root
 
 
@@ -23,26 +21,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "lab: integration tests that bring up the lab (root, network namespaces)")
 
 
-def wait_for_other_builds(limit: float = 3600) -> None:
-    """A golden image being built elsewhere holds the machine's one lab: wait for it to end."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        busy = subprocess.run(["pgrep", "-f", "--", "-m lab build"], capture_output=True, text=True).stdout.split()
-        if not [pid for pid in busy if int(pid) != os.getpid()]:
-            return
-        time.sleep(30)
-    raise AssertionError("a `lab build` is still running after an hour")
-
-
 @pytest.fixture(scope="session")
 def lab4() -> Iterator[LabState]:
     require_root()
     state = LabState()
-    wait_for_other_builds()
-    if Path("/run/gpucheck-lab/state.json").exists():
-        lab_unavailable("a lab is already up on this machine (only one can exist): not taking it over")
+    if config.STATE_FILE.exists():
+        lab_unavailable(f"lab instance {config.INSTANCE} is already up on this machine: not taking it over")
     began = time.monotonic()
-    lab("build", timeout=3600)  # reuses the golden image when the playbook tree is unchanged
+    # reuses the golden image when the playbook tree is unchanged; waits for another instance building it
+    lab("build", timeout=3600)
     state.timings["golden_s"] = round(time.monotonic() - began, 1)
     if not glob.glob(GOLDEN_GLOB):
         pytest.fail("no golden image after `python3 -m lab build`")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_lab_helpers import ROOT, lab, slurm_cmd
+from cluster_lab_helpers import LAB_INVENTORY, ROOT, lab, slurm_cmd
 from test_slurm_lab import health_check, node
 
 from gpucheck.history.records import utc
@@ -76,7 +76,7 @@ def collect_history(store: Path, nodes: str) -> subprocess.CompletedProcess:
     environ = {**os.environ, "PYTHONPATH": str(ROOT / "agent")}
     environ.pop("ANSIBLE_CONFIG", None)
     return subprocess.run([sys.executable, "-m", "gpucheck", "history", "collect", "-i",
-                           str(ROOT / "inventory" / "lab" / "hosts.yml"), "--limit", nodes, "--store", str(store)],
+                           str(LAB_INVENTORY), "--limit", nodes, "--store", str(store)],
                           capture_output=True, text=True, env=environ, timeout=300, cwd=ROOT)
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import REPO, Lab, leftovers, read_inventory
+from lab import config
+from labkit import INVENTORY, REPO, Lab, leftovers, read_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -57,7 +58,7 @@ def test_down_leaves_nothing_even_after_a_host_was_killed(no_lab) -> None:
     assert time.monotonic() - begin < 30
     assert leftovers() == []
     assert netns_dir_mounted() == mounted_before
-    assert not Path("/var/lib/gpucheck-lab/hosts").exists()
+    assert not (config.DATA_DIR / "hosts").exists()
     assert lab("down").stdout.strip() == "no lab is up; nothing to remove"
 
 
@@ -114,7 +115,7 @@ def test_golden_image_is_built_once_and_hosts_start_provisioned(no_lab) -> None:
     keys = {hosts.ssh(n, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1] for n in hosts.hosts}
     assert len(keys) == 2
     ansible = str(Path(sys.executable).parent / "ansible-playbook")
-    rerun = subprocess.run([ansible, "-i", str(REPO / "inventory/lab/hosts.yml"), str(TINY)], capture_output=True,
+    rerun = subprocess.run([ansible, "-i", str(INVENTORY), str(TINY)], capture_output=True,
                            text=True, timeout=600, cwd=TINY.parent)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     recap = re.findall(r"^(node\d\d)\s+: ok=(\d+)\s+changed=(\d+)", rerun.stdout, re.M)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -153,9 +154,9 @@ def test_inventory_has_the_production_groups_and_what_ansible_needs(tmp_path: Pa
     node02 = data["_meta"]["hostvars"]["node02"]
     assert node02["ansible_host"] == "10.213.7.12"
     assert node02["ansible_user"] == "root"
-    assert node02["ansible_ssh_private_key_file"] == "/run/gpucheck-lab/id_ed25519"
+    assert node02["ansible_ssh_private_key_file"] == str(config.KEY_FILE)  # /run/gpucheck-lab/id_ed25519
     assert "-o StrictHostKeyChecking=yes" in node02["ansible_ssh_common_args"]
-    assert "UserKnownHostsFile=/run/gpucheck-lab/known_hosts" in node02["ansible_ssh_common_args"]
+    assert f"UserKnownHostsFile={config.KNOWN_HOSTS}" in node02["ansible_ssh_common_args"]
     assert node02["ib_address"] is None and node02["ipmi_address"] is None
     assert node02["lab_proxy_url"] == "http://10.213.7.1:3128"
     assert node02["lab_scenario"] == "ecc-uncorrected"
@@ -287,6 +288,53 @@ def test_bad_usage_exits_3_without_traceback(args: tuple[str, ...]) -> None:
     out = _cli(*args)
     assert out.returncode == 3
     assert "Traceback" not in out.stderr
+
+
+NAMES = ("import json; from lab import config; print(json.dumps([config.PREFIX, config.BRIDGE, config.TAG, "
+         "str(config.RUN_DIR), str(config.DATA_DIR), str(config.INVENTORY.relative_to(config.REPO_ROOT)), "
+         "config.DEFAULT_SUBNET, str(config.CACHE_DIR), config.veth_name('admin01')]))")
+
+
+def names_of(instance: str | None) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != config.INSTANCE_ENV}
+    if instance is not None:
+        env[config.INSTANCE_ENV] = instance
+    done = subprocess.run([sys.executable, "-c", NAMES], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env=env, check=True)
+    return yaml.safe_load(done.stdout)
+
+
+def test_each_lab_instance_has_names_and_places_of_its_own_and_shares_the_cache() -> None:
+    assert names_of(None) == names_of("0") == [
+        "gclab", "gclab0", "--gpucheck-lab", "/run/gpucheck-lab", "/var/lib/gpucheck-lab", "inventory/lab/hosts.yml",
+        "10.213.7.0/24", "/var/cache/gpucheck-lab", "gclabv-admin01"]
+    assert names_of("3") == [
+        "gc3lab", "gc3lab0", "--gpucheck-lab=3", "/run/gpucheck-lab-3", "/var/lib/gpucheck-lab-3",
+        "inventory/lab-3/hosts.yml", "10.213.10.0/24", "/var/cache/gpucheck-lab", "gc3labv-admin01"]
+    # `down` removes the links and namespaces that start with its prefix: no instance's starts another's
+    prefixes = [names_of(str(i))[0] for i in range(config.MAX_INSTANCE + 1)]
+    assert not [(a, b) for a in prefixes for b in prefixes if a != b and b.startswith(a)], prefixes
+
+
+@pytest.mark.parametrize("value", ["x", "10", "-1"])
+def test_a_lab_instance_out_of_range_is_refused_in_one_line(value: str) -> None:
+    env = {**os.environ, config.INSTANCE_ENV: value}
+    out = subprocess.run([sys.executable, "-m", "lab", "status"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert (out.returncode, out.stderr.strip().splitlines()) == (3, [
+        f"lab: error: GPUCHECK_LAB_INSTANCE must be a number from 0 to 9, not {value!r}"]), out.stderr
+
+
+def test_another_instances_inventory_reads_the_labs_group_vars_and_goes_whole(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(config, "LAB_INVENTORY_DIR", tmp_path / "lab")
+    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", tmp_path / "lab" / "group_vars")
+    path = inventory.write(_state(), tmp_path / "lab-2" / "hosts.yml")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path.parent), "--list"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["_meta"]["hostvars"]["node01"]["cluster_name"] == "lab"  # group_vars/all
+    inventory.remove(path)
+    assert not path.parent.exists() and (tmp_path / "lab" / "group_vars").is_dir()
 
 
 def test_up_refuses_without_root_in_one_line() -> None:
