@@ -5,13 +5,11 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
 # Test workers (pytest-xdist): the tests mostly wait on processes, hosts, apt, Ansible and Slurm, so more workers
-# than cores still overlap. The lab tests are two chains, each one group on one worker with a lab instance of its
-# own, started first; the other workers take the rest a file at a time, the files that mostly wait spread among the
-# others (tests/conftest.py: group, longest_first, hand_out_order; docs/testing.md). `make test` has a worker more
-# than `make check` for the second chain.
+# than cores still overlap. The lab tests are one group on one worker (its own lab instance), started first;
+# the other workers take the rest a file at a time, the files that mostly wait spread among the others
+# (tests/conftest.py: group, longest_first, hand_out_order; docs/testing.md).
 JOBS   ?= 3
-TEST_JOBS ?= 4
-XDIST   = --dist loadgroup --no-loadscope-reorder
+XDIST   = -n $(JOBS) --dist loadgroup --no-loadscope-reorder
 # Python keeps its bytecode during the tests, even where the environment sets PYTHONDONTWRITEBYTECODE (CI's does):
 # every worker collects every test module and the tests start many Python processes, each of which would compile
 # its modules again (measured: collecting the suite, 5.1 CPU-s a process without bytecode, 1.7 s with it).
@@ -25,10 +23,10 @@ demo: setup            ## bring up the lab, provision it with site.yml, validate
 	$(PY) -m lab demo $(ARGS)
 
 test: setup            ## the whole suite, lab integration tests included (needs root)
-	$(PYTEST) -n $(TEST_JOBS) $(ARGS)
+	$(PYTEST) $(ARGS)
 
 check: lint            ## the loop to run after each change: lint, then every test that needs no lab, sshd, Slurm or Kubernetes
-	GPUCHECK_TESTS_NO_DAEMONS=1 $(PYTEST) -n $(JOBS) -m "not ($(DAEMONS))" $(ARGS)
+	GPUCHECK_TESTS_NO_DAEMONS=1 $(PYTEST) -m "not ($(DAEMONS))" $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check agent tests lab bench .ci

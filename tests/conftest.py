@@ -26,7 +26,7 @@ for path in (str(Path(__file__).resolve().parent), str(ROOT / "agent"), str(ROOT
 
 def lab_instance_of_worker(environ: dict[str, str] | os._Environ[str]) -> None:
     """Each pytest-xdist worker has a lab instance of its own (lab/config.py: gw1's is the run's first + 1), so the
-    lab's two chains run side by side; set before anything imports lab.config, and inherited by every `python3 -m
+    lab's chains can run side by side; set before anything imports lab.config, and inherited by every `python3 -m
     lab` a test starts. A serial run keeps the instance it was given (0 by default)."""
     worker = environ.get("PYTEST_XDIST_WORKER", "")
     first = environ.get("GPUCHECK_LAB_INSTANCE", "0")
@@ -52,8 +52,8 @@ def cuda_devices() -> int:
 # A test that starts one another way fails under `make check` (support.starting) until it carries the mark.
 DAEMON_FIXTURES = {"lab_session": "lab", "lab2": "lab", "lab4": "lab", "sshd": "sshd", "slurm": "slurm",
                    "kube": "kubernetes"}
-# pytest-xdist: the lab tests in two chains, each on one worker, in order, with a lab instance of its own (the
-# worker's). The first chain is LAB_GROUP; a module marked lab_chain(NAME) is in the chain LAB_GROUP-NAME.
+# pytest-xdist: the lab tests in one chain on one worker, in order, on the worker's own lab instance; a module
+# marked lab_chain(NAME) is a chain of its own, LAB_GROUP-NAME, on another worker (docs/testing.md: none is today).
 LAB_GROUP = "lab"
 # Every test of the Kubernetes control plane on one worker too: one build (minutes, cached after), one plane.
 KUBERNETES_GROUP = "kubernetes"
@@ -164,12 +164,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[LAB_IN_RUN] = any(item.get_closest_marker("lab") for item in items)
 
 
-# The lab chains are a run's critical path: a worker each, the golden image first (a site.yml run), half an hour
-# and more; the other workers' tests have that long to finish. On two cores they took the chain's CPU (the golden
+# The lab chain is a run's critical path: one worker, the golden image first (a site.yml run), close to an hour;
+# the other workers' tests have that long to finish. On two cores they took the chain's CPU (the golden
 # image: 6 min alone, 28 beside the other tests; 9 once they gave way). So where a run holds a chain, a worker that
 # runs the other tests gives way to it: support.GIVE_WAY steps of nice above where it started, inherited by what its
 # tests start; the lab's hosts, started by a chain's worker, keep the start's. The tests that give way still have
-# every cycle the chains leave (alone, one chain keeps about one core of two busy: hence two chains).
+# every cycle the chains leave (alone, one chain keeps about one core of two busy).
 LAB_IN_RUN = pytest.StashKey[bool]()
 STARTED_AT_NICE = os.nice(0)
 
@@ -324,7 +324,7 @@ class LabEvidenceFromWorkers:
 def pytest_configure(config: pytest.Config) -> None:
     from labkit import ci
 
-    config.addinivalue_line("markers", "lab_chain(name): a lab module of the second lab chain (group lab-NAME)")
+    config.addinivalue_line("markers", "lab_chain(name): a lab module in a chain of its own (group lab-NAME)")
 
     if getattr(config, "cache", None) is not None and not hasattr(config, "workerinput"):  # not on an xdist worker
         config.pluginmanager.register(GroupTimes(config.cache), "gpucheck-group-times")

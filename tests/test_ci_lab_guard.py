@@ -76,9 +76,16 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def pytest_run(project: Path, ci_value: str | None, *args: str,
-               cache: bool = False) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+# What the outer run gives its own processes and a run of its own must not inherit: its CI and options, and the
+# xdist worker this test runs on (the inner run's conftest would take itself for that worker).
+NOT_INHERITED = ("CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
+                 "PYTEST_XDIST_TESTRUNUID", "GPUCHECK_LAB_INSTANCE")
+
+
+def pytest_run(project: Path, ci_value: str | None, *args: str, cache: bool = False,
+               given: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    env.update(given or {})
     if ci_value is not None:
         env["CI"] = ci_value
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT / "agent")])
@@ -152,7 +159,8 @@ def lab2():  # one of the fixtures that mark a test `lab` by its use (conftest.D
 """
 
 
-def recorded_run(project: Path, tests: dict[str, str], *args: str) -> list[list[str]]:
+def recorded_run(project: Path, tests: dict[str, str], *args: str,
+                 given: dict[str, str] | None = None) -> list[list[str]]:
     """Each file of `tests` (its test functions) written with RECORD beside a pytest.ini, then pytest run with `args`:
     what the tests recorded (worker, name, nice, lab instance), in the order they ran."""
     for name, code in tests.items():
@@ -160,11 +168,7 @@ def recorded_run(project: Path, tests: dict[str, str], *args: str) -> list[list[
     (project / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
     log = project / "recorded.log"
     log.unlink(missing_ok=True)
-    os.environ["GROUPING_LOG"] = str(log)
-    try:
-        done = pytest_run(project, None, *args)
-    finally:
-        del os.environ["GROUPING_LOG"]
+    done = pytest_run(project, None, *args, given={"GROUPING_LOG": str(log), **(given or {})})
     assert done.returncode == 0, outcome(done)
     return [line.split() for line in log.read_text().splitlines()]
 
@@ -220,11 +224,8 @@ def test_the_second_lab_chain_runs_beside_the_first_on_a_worker_and_a_lab_instan
              "test_2_second.py": 'pytestmark = [pytest.mark.lab, pytest.mark.lab_chain("second")]\n'
                                  + chain_tests("b", "a"),
              "test_3_plain.py": "".join(f"def test_p{i}():\n    record('plain{i}')\n" for i in range(4))}
-    os.environ["GPUCHECK_LAB_INSTANCE"] = "2"
-    try:
-        ran = recorded_run(tmp_path, files, "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")
-    finally:
-        del os.environ["GPUCHECK_LAB_INSTANCE"]
+    ran = recorded_run(tmp_path, files, "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder",
+                       given={"GPUCHECK_LAB_INSTANCE": "2"})
     by_worker: dict[str, list[str]] = {}
     for worker, name, _, instance in ran:
         by_worker.setdefault(worker, []).append(name)
@@ -267,21 +268,18 @@ def test_after_a_run_the_lab_goes_first_and_the_files_that_wait_are_spread_among
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: integration tests that bring up the lab\n")
     cache = tmp_path / ".pytest_cache" / "v" / "gpucheck"
     log = tmp_path / "grouping.log"
-    os.environ["GROUPING_LOG"] = str(log)
-    try:
-        done = pytest_run(tmp_path, None, "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", cache=True)
-        assert done.returncode == 0, outcome(done)
-        first = [line.split()[1] for line in log.read_text().splitlines()]
-        recorded = {key: json.loads((cache / key).read_text()) for key in ("group_seconds", "group_cpu_seconds")}
-        by_file = {label: name for name, label in files.items()}
-        (cache / "group_seconds").write_text(json.dumps(
-            {**{by_file[label]: wall for label, (wall, _) in times.items()}, "lab": 900.0, "gone.py": 7.0}))
-        (cache / "group_cpu_seconds").write_text(json.dumps(
-            {by_file[label]: cpu for label, (_, cpu) in times.items()}))
-        log.unlink()
-        done = pytest_run(tmp_path, None, "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", cache=True)
-    finally:
-        del os.environ["GROUPING_LOG"]
+    xdist, logged = ("-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder"), {"GROUPING_LOG": str(log)}
+    done = pytest_run(tmp_path, None, *xdist, cache=True, given=logged)
+    assert done.returncode == 0, outcome(done)
+    first = [line.split()[1] for line in log.read_text().splitlines()]
+    recorded = {key: json.loads((cache / key).read_text()) for key in ("group_seconds", "group_cpu_seconds")}
+    by_file = {label: name for name, label in files.items()}
+    (cache / "group_seconds").write_text(json.dumps(
+        {**{by_file[label]: wall for label, (wall, _) in times.items()}, "lab": 900.0, "gone.py": 7.0}))
+    (cache / "group_cpu_seconds").write_text(json.dumps(
+        {by_file[label]: cpu for label, (_, cpu) in times.items()}))
+    log.unlink()
+    done = pytest_run(tmp_path, None, *xdist, cache=True, given=logged)
     assert done.returncode == 0, outcome(done)
     # no times yet: the lab first, then the collection order
     assert first == ["lab"] + [label for label in collected if label != "lab"], first

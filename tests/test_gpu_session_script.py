@@ -225,7 +225,8 @@ def test_every_step_runs_in_order_a_failure_stops_nothing_and_at_most_8_files_co
     done = session(480, fail=["node-full"])
     rows = table(done.summary)
     assert done.returncode == 1, done.stdout[-3000:]  # one step failed
-    assert done.wall < 15, done.wall
+    # no step waited on its bound (a wall-clock limit here failed on a loaded machine: 19 s for 15)
+    assert not [name for name, row in rows.items() if "timed out" in row or "not started" in row], done.summary
     # (c) the declared order, in the table and in the calls the tools saw
     assert list(rows) == ORDER, done.summary
     seen = [call[0] for call in done.calls]

@@ -96,7 +96,8 @@ def test_result_on_the_hosts(lab2):
         assert installed == dict.fromkeys(DRIVER_PACKAGES, "535.261.03-1"), installed
         # from the stand-in NVIDIA repository on the lab bridge, its key trusted for the inventory's fingerprint
         policy = lab2.ssh(host, "apt-cache policy libnvidia-ml1").stdout
-        assert re.search(r"\*\*\* 535\.261\.03-1 \d+\n\s+\d+ http://10\.213\.7\.1:\d+ {2}Packages", policy), policy
+        served = re.escape(lab_vars()["lab_nvidia_repo_url"].rstrip("/"))  # http://lab-bridge:PORT, by its name
+        assert re.search(rf"\*\*\* 535\.261\.03-1 \d+\n\s+\d+ {served} {{2}}Packages", policy), policy
         key = lab2.ssh(host, "gpg --show-keys --with-colons /etc/apt/keyrings/nvidia-cuda.asc", check=False).stdout
         assert f"fpr:::::::::{lab_vars()['lab_nvidia_repo_fingerprint']}:" in key, key
         # its daemon under systemd, restarted by the role with the drop-in's command line (persistence mode on)
@@ -106,7 +107,8 @@ def test_result_on_the_hosts(lab2):
         assert "libcuda.so.1" in stand_in  # what the stand-in package still lacks, as its file says
         assert "blacklist nouveau" in lab2.ssh(host, "cat /etc/modprobe.d/*nouveau*.conf").stdout
         mca = lab2.ssh(host, "cat /etc/openmpi/openmpi-mca-params.conf").stdout
-        assert re.search(r"^btl_tcp_if_include\s*=\s*10\.213\.7\.0/24", mca, re.M), mca
+        network = re.escape(lab_vars()["lab_cluster_network"])  # this lab instance's subnet
+        assert re.search(rf"^btl_tcp_if_include\s*=\s*{network}", mca, re.M), mca
         mpi = lab2.ssh(host, "dpkg-query -W -f '${Version}' openmpi-bin").stdout
         assert mpi.startswith("4.1.4"), mpi
         build = lab2.ssh(host, "/opt/stacks/tf-horovod/bin/horovodrun --check-build").stdout

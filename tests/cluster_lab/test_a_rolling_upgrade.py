@@ -32,8 +32,7 @@ from cluster_lab_helpers import (
     task_outcomes,
 )
 
-# The second lab chain (tests/conftest.py): a 4-host lab of its own, beside the first chain's.
-pytestmark = [pytest.mark.lab, pytest.mark.lab_chain("second")]
+pytestmark = pytest.mark.lab
 
 NODES = ("node01", "node02", "node03", FAULTY)
 R550 = {"driver": "550.163.01", "nccl": "2.21.5-1+cuda12.4", "fm": "nvidia-fabricmanager-550"}

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from cluster_lab_helpers import FAULTY, HEALTHY, LabState, by_check, drained, lab, restore_link, run_cluster, slow_link
 
-# The second lab chain (tests/conftest.py): a 4-host lab of its own, beside the first chain's.
-pytestmark = [pytest.mark.lab, pytest.mark.lab_chain("second")]
+pytestmark = pytest.mark.lab
 
 # Small and quick: 2 s per pair, 10 steps per epoch. The lab's hosts share this machine's cores, so
 # figures measured on one host against the fleet median move with whatever else runs here: the

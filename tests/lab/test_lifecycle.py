@@ -41,8 +41,8 @@ def test_down_leaves_nothing_even_after_a_host_was_killed(no_lab) -> None:
     # a stray background process inside a host, and one host killed from outside
     hosts.ssh("node01", "setsid nohup sleep 4321.5 >/dev/null 2>&1 < /dev/null &")
     assert any("4321.5" in item for item in leftovers())
-    victims = [int(p) for p in os.listdir("/proc") if p.isdigit()
-               and b"hosts/node02/spec.json" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    spec = str(config.host_run_dir("node02") / "spec.json").encode()  # this lab instance's node02, no other's
+    victims = [int(p) for p in os.listdir("/proc") if p.isdigit() and spec in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert victims
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
