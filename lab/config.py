@@ -96,6 +96,11 @@ def netns_name(host: str) -> str:
     return f"{PREFIX}-{host}"
 
 
+def cgroup_name(host: str) -> str:
+    """The cgroup the host's systemd-nspawn runs in, under the lab's own (lab/hostinit.py: own_cgroup)."""
+    return f"{PREFIX}-{host}"
+
+
 def veth_name(host: str) -> str:
     """Host-side end of the host's veth pair (Linux limits link names to 15 characters)."""
     return f"{PREFIX}v-{host}"[:15]

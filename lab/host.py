@@ -161,6 +161,7 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         "kernel": kernel,
         "netns_path": str(net.NETNS_DIR / host.netns),
         "nspawn_run": NSPAWN_RUN,
+        "cgroup": config.cgroup_name(host.name),
     }
 
 

@@ -18,6 +18,7 @@ poweroff. If this process dies anyway, systemd-nspawn gets SIGTERM from the kern
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -31,6 +32,8 @@ NSPAWN: dict[str, subprocess.Popen[bytes]] = {}
 REBOOT_EXIT = 133  # systemd-nspawn's exit status when the container rebooted (systemd-nspawn(1))
 PR_SET_PDEATHSIG = 1
 HALTING: dict[str, bool] = {}
+CGROUP_FS = "/sys/fs/cgroup"
+CGROUPS: list[tuple[str, str]] = []  # (the cgroup this process came from, the host's own) per hierarchy
 
 
 def log(message: str) -> None:
@@ -79,6 +82,55 @@ def write_files() -> None:
             fh.write(content)
         os.chmod(tmp, item["mode"])
         os.replace(tmp, path)
+
+
+def cgroup_places() -> list[tuple[str, str]]:
+    """(mount, this process's cgroup) of each hierarchy systemd in a host writes: the unified one and, on a
+    legacy or hybrid machine, name=systemd (systemd-nspawn mounts the other v1 controllers read-only)."""
+    places = []
+    with open("/proc/self/cgroup") as fh:
+        for line in fh:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if controllers == "":
+                unified_root = os.path.exists(f"{CGROUP_FS}/cgroup.controllers")
+                mount = CGROUP_FS if unified_root else f"{CGROUP_FS}/unified"
+            elif controllers == "name=systemd":
+                mount = f"{CGROUP_FS}/systemd"
+            else:
+                continue
+            if os.path.isdir(mount):
+                places.append((mount, path))
+    return places
+
+
+def remove_cgroup(path: str) -> None:
+    for directory, _, _ in os.walk(path, topdown=False):
+        with contextlib.suppress(OSError):  # still has processes: left to the next boot
+            os.rmdir(directory)
+
+
+def own_cgroup() -> None:
+    """Move this process, and so systemd-nspawn (--keep-unit leaves it in its caller's cgroup) and the host's
+    systemd below it, into a cgroup of the host's own. Hosts started side by side in one cgroup share one tree:
+    node02's unit ending removes the cgroup node01's same unit is entering (status=219/CGROUP at boot)."""
+    for mount, path in cgroup_places():
+        came_from = os.path.join(mount, path.lstrip("/"))
+        mine = os.path.join(came_from, SPEC["cgroup"])
+        remove_cgroup(mine)  # what a boot that did not end cleanly left
+        os.makedirs(mine, exist_ok=True)
+        with open(os.path.join(mine, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+        CGROUPS.append((came_from, mine))
+
+
+def leave_cgroups() -> None:
+    for came_from, mine in CGROUPS:
+        try:
+            with open(os.path.join(came_from, "cgroup.procs"), "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError:
+            continue
+        remove_cgroup(mine)
 
 
 def nspawn_argv() -> list[str]:
@@ -173,9 +225,17 @@ def main() -> int:
         mount_root()
         write_files()
         make_links()
+        own_cgroup()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         log(f"FAILED: {exc}")
         return 1
+    try:
+        return boot_until_halted()
+    finally:
+        leave_cgroups()
+
+
+def boot_until_halted() -> int:
     while True:
         try:
             load_module()

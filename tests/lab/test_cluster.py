@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab import config, procs
 from labkit import INVENTORY, REPO, SCENARIOS, Lab, lab_cli, ssh_argv
 
 pytestmark = pytest.mark.lab
@@ -37,6 +38,17 @@ def why_failed(lab: Lab, name: str, failed: str) -> str:
     units = " ".join(f"-u {line.split()[0]}" for line in failed.splitlines())
     return "\n" + lab.ssh(name, f"journalctl -b --no-pager -o short-monotonic {units} | tail -40",
                           check=False).stdout
+
+
+def init_cgroups() -> dict[str, str]:
+    """Each lab host's PID 1, as this machine sees it: its cgroup in the hierarchy systemd tracks units in."""
+    found = {}
+    for nspawn in procs.host_boots():
+        machine = next(a.split("=", 1)[1] for a in procs.cmdline(nspawn) if a.startswith("--machine="))
+        [init] = procs.children(nspawn)
+        lines = Path(f"/proc/{init}/cgroup").read_text().splitlines()
+        found[machine] = next((ln for ln in lines if ":name=systemd:" in ln), lines[-1]).split(":", 2)[2]
+    return found
 
 
 def gpu_count(lab: Lab, name: str, timeout: float = 30) -> int:
@@ -209,6 +221,11 @@ def test_each_host_boots_systemd_and_sshd_is_its_ssh_unit(lab3: Lab) -> None:
         assert out[2] == out[3] != "0", out  # the sshd we reached is the unit's main process
     failed = lab3.ssh("node01", "systemctl --failed --no-legend --plain").stdout.strip()
     assert failed == "", failed + why_failed(lab3, "node01", failed)  # nothing of the bare base fails at boot
+    # each host's systemd has a cgroup tree of its own: in one shared tree a unit ending on one host removed the
+    # cgroup the same unit was entering on another (CI saw status=219/CGROUP at boot)
+    cgroups = init_cgroups()
+    assert sorted(cgroups) == sorted(SCENARIOS), cgroups
+    assert all(f"/{config.cgroup_name(n)}/" in path for n, path in cgroups.items()), cgroups
     # each host has a boot id of its own, as separate machines do (not this machine's)
     ids = {lab3.ssh(n, "cat /proc/sys/kernel/random/boot_id").stdout.strip() for n in SCENARIOS}
     with open("/proc/sys/kernel/random/boot_id") as fh:
