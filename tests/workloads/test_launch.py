@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpucheck.cluster import jobs
+from gpucheck.cluster import jobs, launchers
 from gpucheck.cluster.ssh.result import Remote
 from gpucheck.workloads import launch
 from gpucheck.workloads.launch import (
@@ -135,7 +135,7 @@ class FakeCopies:
 def test_distribute_copies_the_script_with_its_support_modules():
     ctx = SimpleNamespace(options=SimpleNamespace(forks=4, launcher="ssh"))
     fake = FakeCopies(broken={("n2", "rank_io.py")})
-    path, failed = jobs.distribute(ctx, fake, ["n1", "n2"], script_path("torch"))
+    path, failed = launchers.named("ssh").distribute(ctx, fake, ["n1", "n2"], script_path("torch"))
     assert path == f"{jobs.REMOTE_DIR}/smoke_torch_ddp.py"
     assert sorted(fake.copies) == [(n, f"{jobs.REMOTE_DIR}/{name}") for n in ("n1", "n2")
                                    for name in ("rank_io.py", "smoke_torch_ddp.py")]

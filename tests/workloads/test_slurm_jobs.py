@@ -10,7 +10,7 @@ import pytest
 from workload_helpers import WAIT_S, WATCHDOG_S, free_ports
 
 import slurmkit
-from gpucheck.cluster import jobs
+from gpucheck.cluster import jobs, launchers
 from gpucheck.cluster.context import ClusterContext, Options
 from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.cluster.slurm import jobs as slurm_jobs
@@ -37,7 +37,7 @@ def ctx(slurm, monkeypatch) -> ClusterContext:
 def test_horovod_ranks_started_by_srun_with_pmix_train_in_step(ctx, tf_horovod) -> None:
     lay = jobs.Layout([(slurmkit.NODE, 2)])
     program = [str(tf_horovod.python), str(launch.script_path("horovod")), *STEPS]
-    done = jobs.mpirun(ctx, None, lay, program, jobs.rank_env(False), WAIT_S)  # no SSH: the run is never used
+    done = launchers.of(ctx).mpi_job(ctx, None, lay, program, jobs.rank_env(False), WAIT_S)  # no SSH used
     assert "--mpi=pmix" in done.command and "mpirun" not in done.command
     verdict = judge_smoke(parse_results(done.stdout), 2, "smoke_horovod_keras")
     assert done.ok and verdict["passed"], done.describe() + done.evidence()[-3000:]
@@ -46,8 +46,8 @@ def test_horovod_ranks_started_by_srun_with_pmix_train_in_step(ctx, tf_horovod) 
 
 def test_ddp_ranks_take_their_rank_from_slurm_and_train_in_step(ctx, torch_stack) -> None:
     lay = jobs.Layout([(slurmkit.NODE, 2)])
-    done = jobs.torchrun(ctx, None, lay, str(torch_stack.python), str(launch.script_path("torch")), STEPS, False,
-                         free_ports(1), WAIT_S)
+    done = launchers.of(ctx).torch_job(ctx, None, lay, str(torch_stack.python), str(launch.script_path("torch")),
+                                       STEPS, False, free_ports(1), WAIT_S)
     assert "torchrun" not in done.command and "srun" in done.command
     verdict = judge_smoke(parse_results(done.stdout), 2, "smoke_torch_ddp")
     assert done.ok and verdict["passed"], done.describe() + done.evidence()[-3000:]

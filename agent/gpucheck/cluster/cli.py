@@ -16,6 +16,7 @@ from typing import Any
 
 from ..cli_types import fraction, seconds, size, whole_number
 from ..model import EXIT_FAIL, EXIT_UNKNOWN
+from . import launchers
 from .context import Options
 from .frameworks import FRAMEWORKS
 from .stages.order import STAGE_NAMES
@@ -104,7 +105,7 @@ def add_parser(subparsers: Any) -> None:
                       help="the node agent's limit per probe (its --timeout)")
     _with_default(node, "--remote-command", str, "CMD", "the agent's command on the nodes (default: %(default)s)")
     ssh = p.add_argument_group("fan-out")
-    ssh.add_argument("--launcher", choices=("ssh", "slurm"), default=DEFAULTS.launcher,
+    ssh.add_argument("--launcher", choices=launchers.NAMES, default=DEFAULTS.launcher,
                      help="ssh (default): the node checks over SSH, jobs with mpirun/torchrun from the first node; "
                           "slurm: the node checks with one srun on every node Slurm can run a job on now (the "
                           "others over SSH, said why), the MPI, all-reduce, smoke and training jobs with srun "
@@ -237,14 +238,11 @@ def run(args: argparse.Namespace) -> int:
         fanout.build_command(options)
     except ValueError as exc:
         return fail(str(exc))
-    slurm_nodes = None
-    if options.launcher == "slurm":
-        from .. import slurm
-
-        try:
-            slurm_nodes = slurm.all_nodes()
-        except slurm.SlurmError as exc:
-            return fail(f"--launcher slurm: {exc}")
+    launcher = launchers.named(options.launcher)
+    try:
+        scheduler_nodes = launcher.read_nodes()
+    except launchers.LauncherError as exc:
+        return fail(str(exc))
     try:
         inventory = load(args.inventory, args.pattern, args.limit)
     except InventoryError as exc:
@@ -259,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"cannot create report directory {directory}: {exc.strerror}")
 
-    ctx = ClusterContext(options, inventory, slurm_states=slurm_nodes)
+    ctx = ClusterContext(options, inventory, slurm_states=scheduler_nodes)
     began = time.monotonic()
     started = started_at.isoformat(timespec="seconds")
     argv = ["gpucheck", *sys.argv[1:]]
@@ -283,15 +281,10 @@ def run(args: argparse.Namespace) -> int:
                     bar.update(outcome)
 
                 fan_began = time.monotonic()
-                if slurm_nodes is None:
-                    fanout.fan_out(inventory.hosts, options, done)
-                else:
-                    from .slurm import fanout as slurm_fanout
-
-                    slurm_fanout.fan_out(inventory.hosts, options, slurm_nodes, done)
+                launcher.check_nodes(ctx, done)
                 ctx.timings["fanout"] = round(time.monotonic() - fan_began, 3)
-            if slurm_nodes is not None:
-                print(for_terminal(slurm_fanout.summary(ctx.nodes)))
+            if said := launcher.summary(ctx):
+                print(for_terminal(said))
             handoff.fail_safe(ctx.nodes)
             for name in duplicates.mark(ctx.nodes, [h.name for h in inventory.hosts]):
                 writer.node(name, ctx.nodes[name].to_dict())  # its file still held its agent's report

@@ -1,21 +1,19 @@
-"""Running a workload script (agent/gpucheck/workloads/*.py) across nodes, for the all-reduce and smoke
-stages: copy it and rank_io.py to every node, find the stack's python, lay ranks out on nodes, start it with mpirun
-from the launcher, and say which node a missing or failed rank was on."""
+"""Running a workload script (agent/gpucheck/workloads/*.py) across nodes, for the all-reduce, smoke and training
+stages: which nodes and which python, how ranks lie on the nodes, what every rank gets, and which node a missing or
+failed rank was on. The run's launcher (launchers/) copies the script and starts the job."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from ..model import Status
-from ..workloads import launch
 from .context import ClusterContext, ClusterResult
 from .frameworks import Framework
 from .layout import Layout
-from .nodes import Participants, address, participants, stack_python, thresholds, unknown_thresholds
-from .ssh.client import RemoteHosts, command
+from .nodes import Participants, participants, stack_python, thresholds, unknown_thresholds
+from .ssh.client import RemoteHosts
 from .ssh.result import Remote
 
 REMOTE_DIR = "/var/tmp/gpucheck"  # where workload scripts are copied on the nodes
@@ -96,53 +94,6 @@ def pythons(ctx: ClusterContext, nodes: Sequence[str], stack: str) -> tuple[str 
     return (next(iter(paths)) if paths else None), missing
 
 
-def through_slurm(ctx: ClusterContext) -> bool:
-    """--launcher slurm: jobs start with srun from this machine (slurm/jobs.py), not mpirun or SSH."""
-    return ctx.options.launcher == "slurm"
-
-
-def distribute(ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
-               timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
-    """Copy `script`, and the modules it imports from its own folder (launch.SUPPORT_FILES), to REMOTE_DIR on
-    every node, in parallel. (remote path of the script, node -> its failed copy)."""
-    if through_slurm(ctx):
-        from .slurm.jobs import distribute as through_srun
-
-        return through_srun(ctx, nodes, script, REMOTE_DIR, timeout)
-    files = launch.workload_files(script)
-
-    def one(node: str) -> tuple[str, Remote]:
-        for path in files:
-            done = run.put(node, path, REMOTE_DIR, timeout)
-            if not done.ok:
-                break
-        return node, done
-
-    with ThreadPoolExecutor(max_workers=max(1, min(ctx.options.forks, len(nodes))),
-                            thread_name_prefix="gpucheck-copy") as pool:
-        failed = {n: r for n, r in pool.map(one, nodes) if not r.ok}
-    return f"{REMOTE_DIR}/{script.name}", failed
-
-
-def mpirun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str], env: Mapping[str, str],
-           timeout: float) -> Remote:
-    """mpirun from the first node of the layout, every rank with `env` (exported with -x). As root on
-    Debian's OpenMPI it needs --allow-run-as-root; --oversubscribe for more ranks than cores (CPU nodes).
-    Through Slurm: srun --mpi=pmix from this machine."""
-    if through_slurm(ctx):
-        from .slurm.jobs import mpi_job
-
-        return mpi_job(ctx, lay, program, env, timeout)
-    launcher = lay.slots[0][0]
-    slots = [(address(ctx, n, data=False), k) for n, k in lay.slots]
-    try:
-        argv = launch.mpirun_command(list(program), slots, as_root=True, oversubscribe=True, env_names=list(env),
-                                     extra=MPIRUN_EXTRA)
-    except ValueError as exc:  # an address mpirun's --host cannot take (an IPv6 address)
-        return Remote(launcher, "mpirun", error=f"cannot start mpirun: {exc}", kind="usage")
-    return run.run(launcher, command(argv, env=dict(env)), timeout)
-
-
 def start_all(run: RemoteHosts, starts: list[tuple[str, str]], timeout: float) -> list[Remote]:
     """Start one command per (node, command) at once and wait for every one."""
     started = [run.start(node, cmd, timeout) for node, cmd in starts]
@@ -157,24 +108,6 @@ def combined(parts: list[Remote]) -> Remote:
                   "".join(p.stdout for p in parts), "\n".join(p.stderr for p in parts if p.stderr),
                   0 if first_bad is None else first_bad.exit, first_bad.error if first_bad else None,
                   first_bad.kind if first_bad else "", max((p.wall_s for p in parts), default=0.0))
-
-
-def torchrun(ctx: ClusterContext, run: RemoteHosts, lay: Layout, python: str, path: str, args: Sequence[str],
-             gpus: bool, port: int, timeout: float) -> Remote:
-    """One torchrun per node of the layout (static rendezvous on its first node's `port`), all at once. Through
-    Slurm: one srun task per rank, no torchrun."""
-    master = address(ctx, lay.slots[0][0], data=False)
-    if through_slurm(ctx):
-        from .slurm.jobs import torch_job
-
-        return torch_job(ctx, lay, python, path, args, rank_env(gpus), master, port, timeout)
-    torchrun_bin = python.rsplit("/", 1)[0] + "/torchrun"
-    starts = []
-    for i, (node, k) in enumerate(lay.slots):
-        argv = launch.torchrun_command(path, list(args), nnodes=len(lay.slots), node_rank=i, nproc_per_node=k,
-                                       master_addr=master, master_port=port, torchrun=torchrun_bin)
-        starts.append((node, command(argv, env=rank_env(gpus))))
-    return combined(start_all(run, starts, timeout))
 
 
 def rank_watchdog_s(stage_timeout: float) -> float:

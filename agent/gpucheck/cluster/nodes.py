@@ -70,9 +70,9 @@ def participants(ctx: ClusterContext, gpu_work: bool = False) -> Participants:
         left_out.update({n: f"its GPUs are in use by another program ({busy})" for n in usable
                          if (busy := busy_gpus(ctx, n))})
     left_out.update({n: "failed its node checks" for n in ctx.checked() if n not in usable})
-    if ctx.options.launcher == "slurm":  # its jobs go through Slurm, which runs none there now
-        left_out.update({n: f"Slurm runs no job there: {ctx.nodes[n].slurm_state}" for n in usable
-                         if ctx.nodes[n].slurm_state})
+    # --launcher slurm checked it over SSH: its jobs go through Slurm, which runs none there now
+    left_out.update({n: f"Slurm runs no job there: {ctx.nodes[n].slurm_state}" for n in usable
+                     if ctx.nodes[n].slurm_state})
     blamed = blamed_so_far(ctx)
     left_out.update({n: why for n, why in blamed.items() if n in usable})
     return Participants([n for n in usable if n not in blamed and n not in left_out], left_out)

@@ -20,7 +20,7 @@ from ...parsers import ParseError, parse
 from ...report import values
 from ...workloads.launch import script_path
 from ...workloads.results import judge_allreduce, parse_results
-from .. import jobs
+from .. import jobs, launchers
 from ..context import ClusterContext, ClusterResult, Options
 from ..frameworks import HOROVOD_STACK
 from ..layout import Layout
@@ -86,7 +86,7 @@ def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary:
     gpus = min(jobs.ranks_per_node(ctx, n, True) for n in nodes)
     lay = Layout([(n, 1) for n in nodes])
     program = [binary, "-b", str(size), "-e", str(size), "-g", str(gpus), "-n", "20", "-w", "5", "-c", "1"]
-    done = jobs.mpirun(ctx, run, lay, program, {}, timeout)
+    done = launchers.of(ctx).mpi_job(ctx, run, lay, program, {}, timeout)
     expected = f">= {minimum:g} GB/s" if minimum else None
     where = f"{len(nodes)} nodes x {gpus} GPUs, {values.size(size)}"
     try:
@@ -128,13 +128,13 @@ def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: f
                              remediation="install nccl-tests (build with MPI=1) or the tf-horovod stack (site.yml)")
     gpus = jobs.on_gpus(ctx, nodes)
     lay = jobs.layout(ctx, nodes, gpus)
-    path, failed = jobs.distribute(ctx, run, nodes, script_path("allreduce"))
+    path, failed = launchers.of(ctx).distribute(ctx, run, nodes, script_path("allreduce"))
     if failed:
         return ClusterResult(CHECK, Status.ERROR, reason="cannot copy the benchmark to " + "; ".join(
             r.describe() for r in failed.values()))
     size = options.allreduce_size
     program = [python, path, "--framework", "horovod", "--size", size, "--timeout-s", f"{max(30.0, timeout - 15):g}"]
-    done = jobs.mpirun(ctx, run, lay, program, jobs.rank_env(gpus), timeout)
+    done = launchers.of(ctx).mpi_job(ctx, run, lay, program, jobs.rank_env(gpus), timeout)
     rows = parse_results(done.stdout)
     judged_min = minimum if gpus else None
     verdict = judge_allreduce(rows, lay.ranks, judged_min)

@@ -20,11 +20,11 @@ from typing import Any
 from ...model import Result, Status
 from ...redact import for_terminal
 from ...report.cluster.burnin import finite
-from .. import jobs
+from .. import jobs, launchers
 from ..context import ClusterContext, ClusterResult, NodeOutcome
 from ..nodes import Participants, participants, remote_hosts
 from ..ssh.client import RemoteHosts, command
-from . import allreduce, burn_nodes, burn_record, burn_verdict
+from . import allreduce, burn_record, burn_verdict
 
 STAGE, CHECK = "burn", "cluster.burn"
 ROUND_S = 300.0  # the longest round: how often a long burn says where it is and rewrites the report
@@ -62,21 +62,12 @@ def burn_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resu
     cast = participants(ctx, gpu_work=True)
     if not cast.nodes:
         return [cast.skip(CHECK, "no usable node to burn")]
-    if not jobs.through_slurm(ctx):
+    launcher = launchers.of(ctx)
+    held_s = options.burn_seconds + 2 * AGENT_MARGIN_S + 2 * options.stage_timeout
+    with launcher.holding(ctx, "burn", cast.nodes, held_s) as why:
+        if why:
+            return [ClusterResult(CHECK, Status.ERROR, reason=f"cannot burn {launcher.through}: {why}" + cast.note())]
         return burn_all(ctx, cast, run or remote_hosts(ctx))
-    from ..slurm import allocation
-    from ..slurm.jobs import gpus_per_node, slurm_name
-
-    names = [slurm_name(ctx, n) for n in cast.nodes]
-    ctx.slurm_job, why = allocation.allocate("burn", names, options.burn_seconds + 2 * AGENT_MARGIN_S
-                                             + 2 * options.stage_timeout, gpus_per_node(ctx, names))
-    if not ctx.slurm_job:
-        return [ClusterResult(CHECK, Status.ERROR, reason=f"cannot burn through Slurm: {why}" + cast.note())]
-    try:
-        return burn_all(ctx, cast, run or remote_hosts(ctx))
-    finally:
-        allocation.release(ctx.slurm_job)
-        ctx.slurm_job = ""
 
 
 def burn_all(ctx: ClusterContext, cast: Participants, run: RemoteHosts) -> list[Result]:
@@ -139,8 +130,7 @@ def one_round(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], seconds: 
     The waiting is done in threads, so the main thread sees Ctrl-C: it ends every node's burn, then re-raises."""
     limit = seconds + AGENT_MARGIN_S
     cmd = burn_command(ctx, seconds)
-    burns = (burn_nodes.SlurmBurns(ctx, nodes, cmd, limit) if jobs.through_slurm(ctx)
-             else burn_nodes.SshBurns(run, nodes, cmd, limit))
+    burns = launchers.of(ctx).burns(ctx, run, nodes, cmd, limit)
     began = time.monotonic()
     ended: dict[str, NodeOutcome] = {}
     stop = threading.Event()  # the burns have ended (or Ctrl-C): no further all-reduce

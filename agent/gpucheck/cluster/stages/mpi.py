@@ -13,8 +13,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ...model import Result, Status
+from .. import launchers
 from ..context import ClusterContext, ClusterResult
-from ..jobs import mpirun, through_slurm
 from ..layout import Layout
 from ..nodes import address, hostname, participants, remote_hosts
 from ..ssh.client import RemoteHosts
@@ -40,7 +40,7 @@ def ranks_of(stdout: str) -> dict[int, str]:
 def hello(ctx: ClusterContext, run: RemoteHosts, targets: list[tuple[str, str]],
           timeout: float) -> tuple[Remote, dict[int, str]]:
     """targets: (node, address) in rank order, the first the launcher. Returns the run and rank -> hostname."""
-    done = mpirun(ctx, run, Layout([(node, 1) for node, _ in targets]), ["hostname"], {}, timeout)
+    done = launchers.of(ctx).mpi_job(ctx, run, Layout([(node, 1) for node, _ in targets]), ["hostname"], {}, timeout)
     return done, ranks_of(done.stdout)
 
 
@@ -66,7 +66,7 @@ def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resul
     run = run or remote_hosts(ctx)
     timeout = ctx.options.stage_timeout
     launcher = cast.nodes[0]
-    started = "through srun --mpi=pmix" if through_slurm(ctx) else f"from {launcher}"
+    started = launchers.of(ctx).mpi_from(launcher)
     targets = [(n, address(ctx, n, data=False)) for n in cast.nodes]
     done, ranks = hello(ctx, run, targets, timeout)
     wrong = judge(ctx, targets, ranks)
@@ -79,7 +79,7 @@ def mpi_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Resul
                               f"({done.wall_s:.1f} s)" + cast.note(), evidence=done.evidence(),
                               duration_s=time.monotonic() - began)]
     if done.error and done.kind not in ("timeout",):  # could not even reach the launcher
-        where = "through Slurm" if through_slurm(ctx) else f"on the launcher {launcher}"
+        where = launchers.of(ctx).job_place(launcher)
         return [ClusterResult(CHECK, Status.ERROR, measured, expected, f"cannot run the MPI job {where}: "
                               f"{done.describe()}", REMEDIATION, done.evidence(),
                               time.monotonic() - began)]

@@ -26,12 +26,12 @@ from ...references import REFERENCES
 from ...report.values import figure
 from ...workloads import launch
 from ...workloads.results import judge_ps, judge_smoke, parse_results, scaling
-from .. import jobs
+from .. import jobs, launchers
 from ..context import ClusterContext, ClusterResult, Options
 from ..frameworks import FRAMEWORKS
 from ..layout import Layout
 from ..nodes import address, remote_hosts, unknown_thresholds
-from ..ssh.client import RemoteHosts, command
+from ..ssh.client import RemoteHosts
 from ..ssh.result import Remote
 
 SCALING = "cluster.scaling"
@@ -75,7 +75,7 @@ def smoke_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Res
         return [ClusterResult(check, Status.ERROR, reason="cannot find one python for the job: " + "; ".join(
             f"{n}: {w}" for n, w in unusable.items()))]
     run = run or remote_hosts(ctx)
-    path, failed = jobs.distribute(ctx, run, nodes, launch.script_path(framework.workload))
+    path, failed = launchers.of(ctx).distribute(ctx, run, nodes, launch.script_path(framework.workload))
     if failed:
         return [ClusterResult(check, Status.ERROR, reason="cannot copy the job to the nodes: " + "; ".join(
             r.describe() for r in failed.values()))]
@@ -114,7 +114,7 @@ def _training_args(options: Options) -> list[str]:
 def _horovod(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, path: str, gpus: bool,
              r: Run) -> None:
     program = [python, path, *_training_args(options)]
-    r.done = jobs.mpirun(ctx, run, r.lay, program, jobs.rank_env(gpus), options.stage_timeout)
+    r.done = launchers.of(ctx).mpi_job(ctx, run, r.lay, program, jobs.rank_env(gpus), options.stage_timeout)
     _judge(r, parse_results(r.done.stdout), "smoke_horovod_keras")
 
 
@@ -126,8 +126,8 @@ def _judge(r: Run, rows: list[dict[str, Any]], workload: str) -> None:
 
 
 def _torch(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, path: str, gpus: bool, r: Run) -> None:
-    r.done = jobs.torchrun(ctx, run, r.lay, python, path, _training_args(options), gpus, TORCH_PORT,
-                           options.stage_timeout)
+    r.done = launchers.of(ctx).torch_job(ctx, run, r.lay, python, path, _training_args(options), gpus, TORCH_PORT,
+                                         options.stage_timeout)
     _judge(r, parse_results(r.done.stdout), "smoke_torch_ddp")
 
 
@@ -139,15 +139,10 @@ def _ps(ctx: ClusterContext, run: RemoteHosts, options: Options, python: str, pa
     steps = max(20, 3 * options.smoke_steps)
     watchdog = f"{jobs.rank_watchdog_s(options.stage_timeout):g}"
     args = ["--steps", str(steps), "--timeout-s", watchdog, "--chief-wait-s", watchdog]
-    if jobs.through_slurm(ctx):  # one srun, each task its own TF_CONFIG
-        from ..slurm.jobs import per_task_job
-
-        r.done = per_task_job(ctx, Layout([(by_address[t.host], 1) for t in tasks]), [python, path, *args],
-                              [t.env(jobs.rank_env(gpus)) for t in tasks], options.stage_timeout)
-    else:
-        starts = [(by_address[t.host], command([python, path, *args], env=t.env(jobs.rank_env(gpus))))
-                  for t in tasks]
-        r.done = jobs.combined(jobs.start_all(run, starts, options.stage_timeout))
+    # each task its own TF_CONFIG
+    r.done = launchers.of(ctx).task_job(ctx, run, Layout([(by_address[t.host], 1) for t in tasks]),
+                                        [python, path, *args], [t.env(jobs.rank_env(gpus)) for t in tasks],
+                                        options.stage_timeout)
     expected = {"chief": 1, "worker": sum(1 for t in tasks if t.role == "worker"),
                 "ps": sum(1 for t in tasks if t.role == "ps")}
     rows = parse_results(r.done.stdout)

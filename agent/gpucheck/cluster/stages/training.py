@@ -19,7 +19,7 @@ from ...model import Result, Status
 from ...workloads import launch
 from ...workloads.results import judge_smoke, parse_results
 from ...workloads.training_results import run_figures
-from .. import jobs
+from .. import jobs, launchers
 from ..context import ClusterContext, ClusterResult
 from ..frameworks import FRAMEWORKS
 from ..layout import Layout
@@ -56,7 +56,7 @@ def training_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[
             f"{n}: {w}" for n, w in unusable.items()))]
     run = run or remote_hosts(ctx)
     script = launch.script_path(framework.benchmark_workload)
-    path, failed = jobs.distribute(ctx, run, nodes, script)
+    path, failed = launchers.of(ctx).distribute(ctx, run, nodes, script)
     if failed:
         return [ClusterResult(check, Status.ERROR, reason="cannot copy the benchmark to the nodes: " + "; ".join(
             r.describe() for r in failed.values()))]
@@ -101,11 +101,12 @@ class Job:
     def execute(self, r: Run) -> None:
         timeout = self.ctx.options.stage_timeout
         if self.framework == "torch":
-            r.done = jobs.torchrun(self.ctx, self.remote, r.lay, self.python, self.path, self.args(), self.gpus,
-                                   TORCH_PORT, timeout)
+            r.done = launchers.of(self.ctx).torch_job(self.ctx, self.remote, r.lay, self.python, self.path,
+                                                      self.args(), self.gpus, TORCH_PORT, timeout)
         else:
-            r.done = jobs.mpirun(self.ctx, self.remote, r.lay, [self.python, self.path, *self.args()],
-                                 jobs.rank_env(self.gpus), timeout)
+            r.done = launchers.of(self.ctx).mpi_job(self.ctx, self.remote, r.lay,
+                                                    [self.python, self.path, *self.args()], jobs.rank_env(self.gpus),
+                                                    timeout)
         rows = [row for row in parse_results(r.done.stdout) if row.get("workload") == self.workload]
         r.verdict = judge_smoke(rows, r.lay.ranks, self.workload, loss_rule="loss_finite")
         r.figures = run_figures(rows)

@@ -1,0 +1,84 @@
+"""The one interface of the ways `gpucheck cluster` starts work on the nodes (launchers/__init__.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..context import ClusterContext, NodeOutcome
+    from ..layout import Layout
+    from ..ssh.client import RemoteHosts
+    from ..ssh.result import Remote
+
+
+class LauncherError(Exception):
+    """The launcher cannot serve this run at all (said in one line, before anything runs)."""
+
+
+class Burns(Protocol):
+    """Every node's burn, started together: `run` waits for them all and gives each node's outcome (judged as
+    the fan-out judges a node's output); `stop`, from another thread (Ctrl-C), ends them."""
+
+    def run(self) -> dict[str, NodeOutcome]: ...
+
+    def stop(self) -> None: ...
+
+
+class Launcher(ABC):
+    name = ""
+    through = ""  # how its jobs start, as a reason says it: "through Slurm"
+
+    def read_nodes(self) -> dict[str, Any] | None:
+        """What it must know of the nodes before the run (Slurm: each node's state); LauncherError if it cannot."""
+        return None
+
+    @abstractmethod
+    def check_nodes(self, ctx: ClusterContext, done: Callable[[NodeOutcome], None]) -> None:
+        """`gpucheck node` on every host of the inventory; `done` gets each outcome as it ends."""
+
+    def summary(self, ctx: ClusterContext) -> str:
+        """A line after the node checks ("": nothing to say)."""
+        return ""
+
+    @abstractmethod
+    def mpi_from(self, first: str) -> str:
+        """How an MPI job starts, for a reason: "from node01", "through srun --mpi=pmix"."""
+
+    def job_place(self, first: str) -> str:
+        """Where a job that could not start was to start, for a reason: "through Slurm"."""
+        return self.through
+
+    @abstractmethod
+    def distribute(self, ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
+                   timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
+        """`script` and the modules it imports from its folder onto every node: (its path there, node -> the
+        failed copy)."""
+
+    @abstractmethod
+    def mpi_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str],
+                env: Mapping[str, str], timeout: float) -> Remote:
+        """An MPI program, one rank per slot of the layout in its order, each with `env`."""
+
+    @abstractmethod
+    def torch_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, python: str, path: str,
+                  args: Sequence[str], gpus: bool, port: int, timeout: float) -> Remote:
+        """PyTorch DDP: the layout's ranks, the rendezvous on its first node's `port`."""
+
+    @abstractmethod
+    def task_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str],
+                 envs: Sequence[Mapping[str, str]], timeout: float) -> Remote:
+        """One task per slot of the layout (one rank each), task i running `program` with envs[i]."""
+
+    @contextlib.contextmanager
+    def holding(self, ctx: ClusterContext, what: str, nodes: Sequence[str], seconds: float) -> Iterator[str]:
+        """Hold the nodes whole for the block (Slurm: one allocation, the block's jobs its steps). Yields why it
+        could not ("" when held, or nothing to hold)."""
+        yield ""
+
+    @abstractmethod
+    def burns(self, ctx: ClusterContext, run: RemoteHosts, nodes: list[str], cmd: str, limit: float) -> Burns:
+        """Every node's burn (`cmd`, a shell command), each given `limit` seconds."""
