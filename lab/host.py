@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lab import compute, config, gpus, kernel_log, net, procs
+from lab import compute, config, gpus, kernel_log, module_bytecode, net, procs
 from lab.errors import LabError
 from lab.state import HostState
 
@@ -130,8 +130,11 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         ("/etc/pip.conf",
          f"[global]\nproxy = {proxy_url}\ncert = /etc/ssl/certs/ca-certificates.crt\n", 0o644),
     ]
+    # Ansible's modules: their module_utils compiled once for every host (lab/module_bytecode)
+    files.append((module_bytecode.HOST_FILE, module_bytecode.SOURCE.read_text(), 0o644))
+    binds = [{"source": str(module_bytecode.MACHINE_CACHE), "target": module_bytecode.HOST_CACHE, "writable": True}]
     # the simulated GPUs: a node's own scenario, the fake library and its driver's module (an admin node has none)
-    binds, links, kernel = [], [], None
+    links, kernel = [], None
     if nvml_library is not None:
         binds += [{"source": str(run_dir / "fakenvml"), "target": config.FAKENVML_DIR},
                   {"source": str(nvml_library), "target": config.LAB_NVML_PATH},
@@ -172,6 +175,7 @@ def start(host: HostState, host_spec: dict) -> subprocess.Popen[bytes]:
     (run_dir / "kernel").mkdir(exist_ok=True)
     kernel_log.prepare(host.name)
     gpus.prepare_reset_dir(host.name)
+    module_bytecode.MACHINE_CACHE.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps(host_spec, indent=1))
     spec_path.chmod(0o600)  # holds private keys

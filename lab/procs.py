@@ -52,10 +52,15 @@ def tagged() -> list[int]:
     return matching(lambda argv: config.TAG in argv)
 
 
+def boots_a_host(argv: list[str], within: str = f"{config.RUN_DIR}/") -> bool:
+    """Whether argv is a systemd-nspawn booting a lab host whose files are under `within` (this instance's run
+    directory; "/run/gpucheck-lab": any instance's). They carry no tag: their argv is systemd-nspawn's own."""
+    return bool(argv) and argv[0].endswith("systemd-nspawn") and any(within in a for a in argv)
+
+
 def host_boots() -> list[int]:
-    """Every systemd-nspawn booting a lab host (they carry no tag: their argv is systemd-nspawn's own)."""
-    return matching(lambda argv: bool(argv) and argv[0].endswith("systemd-nspawn")
-                    and any(f"{config.RUN_DIR}/" in a for a in argv))
+    """Every systemd-nspawn booting one of this instance's lab hosts."""
+    return matching(boots_a_host)
 
 
 def children(pid: int) -> list[int]:

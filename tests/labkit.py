@@ -13,7 +13,7 @@ from typing import NoReturn
 import pytest
 import yaml
 
-from lab import config
+from lab import config, procs
 from support import starting
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def require_root() -> None:
 
 
 def lab_is_up() -> bool:
-    return (RUN_DIR / "state.json").exists()
+    return config.STATE_FILE.exists()
 
 
 def argv_of(pid: int) -> list[str]:
@@ -101,10 +101,9 @@ def parent_of(pid: int) -> int:
 def whose(words: list[str]) -> bool | None:
     """True: a process of this instance's lab (its tag, or a systemd-nspawn booting from its run directory);
     False: another instance's; None: neither says."""
-    if TAG in words or (words[0].endswith("systemd-nspawn") and any(f"{RUN_DIR}/" in w for w in words)):
+    if TAG in words or procs.boots_a_host(words):
         return True
-    if any(w.startswith("--gpucheck-lab") for w in words) or (
-            words[0].endswith("systemd-nspawn") and any("/run/gpucheck-lab" in w for w in words)):
+    if any(w.startswith("--gpucheck-lab") for w in words) or procs.boots_a_host(words, "/run/gpucheck-lab"):
         return False
     return None
 

@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab import module_bytecode
+
 REPO = Path(__file__).resolve().parents[2]
 # apt's binary cache (pkgcache.bin), which a Debian image built for containers switches off
 # (/etc/apt/apt.conf.d/docker-clean: `Dir::Cache::pkgcache "";`): then every apt task of a check-mode run rebuilds it
 # from the package lists, ~0.5 CPU-s each (measured: 72 -> 61 CPU-s for site.yml --check on this host). A plain Debian
 # keeps it; the tests give it back to the Ansible runs they start.
 APT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpucheck" / "apt"
-# Compiled module_utils for the modules Ansible runs on this machine (module_bytecode/usercustomize.py says why).
+# Compiled module_utils for the modules Ansible runs on this machine (lab/module_bytecode/usercustomize.py says why).
 MODULE_BYTECODE = APT_CACHE.parent / "ansible-module-bytecode"
 
 
@@ -94,8 +96,7 @@ class AnsibleRepo:
             ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
         )
         MODULE_BYTECODE.mkdir(parents=True, exist_ok=True)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent / "module_bytecode"),
-                                                          env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(module_bytecode.SOURCE.parent), env.get("PYTHONPATH")]))
         env["GPUCHECK_TESTS_MODULE_BYTECODE"] = str(MODULE_BYTECODE)
         apt_config = apt_config_with_binary_cache()
         if apt_config:

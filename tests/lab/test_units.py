@@ -180,15 +180,21 @@ def test_an_admin_node_is_the_admin_group_without_simulated_gpus(tmp_path: Path)
     identity = host.HostIdentity("k", "p", "ck", "cp")
     admin_spec = host.spec(st.hosts[0], st.hosts, ["/base"], identity, "", st.proxy_url, None)
     node_spec = host.spec(st.hosts[1], st.hosts, ["/base"], identity, "", st.proxy_url, Path("/lib/fake.so"))
-    assert admin_spec["binds"] == []  # no fake NVML, no scenario, no fake CuPy: an admin node has no GPUs
+    # every host shares the machine's compiled module_utils (lab/module_bytecode), Debian's python3 finds its hook
+    bytecode = {"source": "/var/cache/gpucheck-lab/module-bytecode",
+                "target": "/var/cache/gpucheck-lab-module-bytecode", "writable": True}
+    assert admin_spec["binds"] == [bytecode]  # no fake NVML, no scenario, no fake CuPy: an admin node has no GPUs
     assert admin_spec["links"] == [] and admin_spec["kernel"] is None
-    assert [b["target"] for b in node_spec["binds"]] == ["/etc/fakenvml", "/usr/lib/gpucheck-lab/libnvidia-ml.so.1",
+    hook = "/usr/local/lib/python3.11/dist-packages/usercustomize.py"
+    assert hook in {f["path"] for f in admin_spec["files"]} and hook in {f["path"] for f in node_spec["files"]}
+    assert [b["target"] for b in node_spec["binds"]] == [bytecode["target"], "/etc/fakenvml",
+                                                         "/usr/lib/gpucheck-lab/libnvidia-ml.so.1",
                                                          "/etc/gpucheck-lab/kernel", "/usr/lib/gpucheck-lab/python",
                                                          "/var/log/gpucheck-lab", "/var/lib/fakenvml"]
-    # only the kernel log the lab plants lines into, and the reset layer the host's nvidia-smi -r writes, are
-    # writable from inside the host
+    # only the kernel log the lab plants lines into, the reset layer the host's nvidia-smi -r writes and the compiled
+    # module_utils are writable from inside the host
     writable = {b["target"]: b["source"] for b in node_spec["binds"] if b.get("writable")}
-    assert list(writable) == ["/var/log/gpucheck-lab", "/var/lib/fakenvml"]
+    assert list(writable) == [bytecode["target"], "/var/log/gpucheck-lab", "/var/lib/fakenvml"]
     assert writable["/var/lib/fakenvml"] == str(gpus.reset_dir("node01")) == str(gpus.reset_layer("node01").parent)
     assert "/usr/local/sbin/gpucheck" in {f["path"] for f in node_spec["files"]}  # the agent with the fake CuPy
     assert "/usr/local/sbin/gpucheck" not in {f["path"] for f in admin_spec["files"]}
