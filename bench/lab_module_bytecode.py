@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import config, procs  # noqa: E402
+from lab import config, module_bytecode, procs  # noqa: E402
 
 # Tasks as site.yml's are made: mostly stat/file/command and package checks that change nothing.
 PLAY = """\
@@ -39,7 +39,7 @@ def host_cgroup(host: str) -> Path:
     for pid in procs.host_boots():
         if f"--machine={host}" in procs.cmdline(pid):
             line = next(ln for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if ln.startswith("0::"))
-            return Path("/sys/fs/cgroup/unified") / line.split("::", 1)[1].lstrip("/") / ".."
+            return (Path("/sys/fs/cgroup/unified") / line.split("::", 1)[1].lstrip("/")).parent
     raise SystemExit(f"no lab host {host} is up (python3 -m lab up)")
 
 
@@ -51,7 +51,7 @@ def usage_s(cgroup: Path) -> float:
 def run_play(host: str, cgroup: Path, cache: bool) -> float:
     """Host CPU seconds per task of one run of the play."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
-        fh.write(PLAY.format(host=host, cache="" if not cache else "/var/cache/gpucheck-lab-module-bytecode"))
+        fh.write(PLAY.format(host=host, cache=module_bytecode.HOST_CACHE if cache else ""))
     before = usage_s(cgroup)
     done = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(config.INVENTORY), fh.name],
                           capture_output=True, text=True, cwd=ROOT, timeout=900)

@@ -29,7 +29,6 @@ class Burns(Protocol):
 
 
 class Launcher(ABC):
-    name = ""
     through = ""  # how its jobs start, as a reason says it: "through Slurm"
 
     def read_nodes(self) -> dict[str, Any] | None:

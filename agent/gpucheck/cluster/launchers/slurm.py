@@ -24,7 +24,6 @@ from .base import Launcher, LauncherError
 
 
 class SlurmLauncher(Launcher):
-    name = "slurm"
     through = "through Slurm"
 
     def read_nodes(self) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from .base import Launcher
 
 
 class SshLauncher(Launcher):
-    name = "ssh"
     through = "over SSH"
 
     def check_nodes(self, ctx: ClusterContext, done: Callable[[NodeOutcome], None]) -> None:
