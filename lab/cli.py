@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -90,11 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin", action="store_true",
                    help=f"also an admin node, {config.ADMIN_HOST} (no GPUs, the address before node01): inventory "
                         "group admin, where site.yml's scheduler stage runs slurmctld")
+    p.add_argument("--kubernetes", action="store_true",
+                   help="also a Kubernetes 1.20 control plane on the bridge, and every GPU host a node (its own "
+                        "kubelet, containerd and runc): built from Debian's source package once per machine "
+                        "(minutes), then cached; kubectl with `python3 -m lab kubectl ...` (docs/kubernetes.md)")
 
     sub.add_parser("slurm", help="make this machine a client of the lab's Slurm (admin01's slurmctld): prints "
                    "the SLURM_CONF to export for scontrol, sinfo and gpucheck cluster --drain")
     sub.add_parser("status", help="show the lab's hosts, whether they run and answer SSH, their scenario and faults"
                    ).add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser("kubectl", help="kubectl as the lab's admin, against the control plane of up --kubernetes",
+                       description="Runs the kubectl built with the control plane, with the lab's admin "
+                                   "kubeconfig (/run/gpucheck-lab/kubernetes/kubeconfig), e.g. `python3 -m lab "
+                                   "kubectl get nodes -o wide`.")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="kubectl's arguments")
     sub.add_parser("down", help="remove the whole lab (also after an interrupted up or a killed host)")
 
     p = sub.add_parser("fault", help="inject a fault into one host (down, up, hang, scenario, drift)",
@@ -177,7 +187,8 @@ def dispatch(args: argparse.Namespace) -> int:
             scenarios = [args.scenario] * hosts
         cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, subnet=args.subnet,
                                      allow=tuple(args.allow), golden=not args.no_golden,
-                                     playbook=args.playbook.resolve(), admin=args.admin))
+                                     playbook=args.playbook.resolve(), admin=args.admin,
+                                     kubernetes=args.kubernetes))
         say(stays_up())
         return EXIT_OK
     if args.command == "slurm":
@@ -185,6 +196,12 @@ def dispatch(args: argparse.Namespace) -> int:
 
         print(f"export SLURM_CONF={slurm.client_env()['SLURM_CONF']}")
         return EXIT_OK
+    if args.command == "kubectl":
+        from lab.kubernetes import lab_plane
+
+        plane = lab_plane.load()
+        argv = [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args.args]
+        return subprocess.run(argv, stdin=sys.stdin).returncode
     if args.command == "down":
         print(cluster.down())
         return EXIT_OK

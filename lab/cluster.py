@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lab import config, gpus, host, images, inventory, kernel_log, keys, net, procs, rootfs, slurm, standin_repo, state
 from lab.errors import EXIT_FAIL, EXIT_OK, EXIT_WARN, LabError
+from lab.kubernetes import build, lab_plane, node_host, node_kit
 from lab.progress import fmt_duration, plural, say, step
 from lab.ssh import ssh_run
 from lab.state import HostState, LabState
@@ -29,7 +30,7 @@ def require_root() -> None:
 
 def _leftovers() -> list[str]:
     found = [f"namespace {n}" for n in net.list_netns()] + [f"link {n}" for n in net.list_links()]
-    found += [f"process {p}" for p in procs.tagged() + procs.host_boots()]
+    found += [f"process {p}" for p in procs.tagged() + procs.host_boots() + lab_plane.running()]
     return found
 
 
@@ -43,6 +44,13 @@ class UpOptions:
     golden: bool = True
     playbook: Path = config.DEFAULT_PLAYBOOK
     admin: bool = False  # also an admin node, config.ADMIN_HOST (no GPUs; the Slurm controller)
+    kubernetes: bool = False  # a control plane on the bridge, and every GPU host a Kubernetes node
+
+
+@dataclass(frozen=True)
+class KubernetesKit:
+    binaries: Path  # the control plane's (lab/kubernetes/build.py)
+    node: Path  # the node kit (lab/kubernetes/node_kit.py)
 
 
 def up(opts: UpOptions) -> LabState:
@@ -78,11 +86,12 @@ def up(opts: UpOptions) -> LabState:
                 say(f"no golden image for {opts.playbook.name} as it is now: hosts start from the bare base "
                     "(`python3 -m lab build` makes one)")
         library = gpus.library()
+        kube = KubernetesKit(build.build(say), node_kit.ensure(say)) if opts.kubernetes else None
         st = LabState(subnet=opts.subnet, bridge=config.BRIDGE, bridge_address=net.bridge_address(opts.subnet),
                       lowers=lowers, image=image, netns_dir_mounted_by_lab=not net.netns_dir_is_mount())
         state.save(st)
         try:
-            _create(st, opts, scenarios, library)
+            _create(st, opts, scenarios, library, kube)
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             say(f"up {reason}: removing what it had created")
@@ -94,7 +103,7 @@ def up(opts: UpOptions) -> LabState:
         return st
 
 
-def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) -> None:
+def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path, kube: KubernetesKit | None) -> None:
     namespaces = opts.hosts + int(opts.admin)
     with step(f"network: bridge {config.BRIDGE} {st.bridge_address}/24, proxy, {plural(namespaces, 'namespace')}"):
         net.create_bridge(st.bridge_address)
@@ -110,6 +119,13 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) 
             state.save(st)
             net.create_host_link(h.netns, h.veth, h.address)
     standin_repo.start(st)
+    plane, nodes = None, [h.name for h in st.hosts if h.role == "node"]
+    if kube:
+        with step(f"kubernetes: a control plane on {st.bridge_address} (etcd, apiserver, controller-manager, "
+                  "scheduler)"):
+            plane = lab_plane.start(kube.binaries, st.bridge_address, nodes)
+            st.kubernetes_server = plane.server
+            state.save(st)
     with step(f"hosts: {', '.join(h.name for h in st.hosts)} (overlay root, systemd, simulated GPUs on the nodes)"):
         client_pub = keys.generate(config.KEY_FILE, host.LAB_KEY_COMMENT)
         client_key = config.KEY_FILE.read_text()
@@ -127,8 +143,10 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) 
             rootfs.prepare_host_dirs(h.name)
             if h.role == "node":
                 gpus.install(h.scenario, config.host_run_dir(h.name) / "fakenvml", h.name, gpus.reset_layer(h.name))
+            node = node_host.parts(h.name, h.address, config.cgroup_name(h.name), kube.node,
+                                   lab_plane.join(plane, h.name)) if kube and plane and h.name in nodes else None
             spec = host.spec(h, st.hosts, st.lowers, idents[h.name], known_text, st.proxy_url,
-                             library if h.role == "node" else None)
+                             library if h.role == "node" else None, node)
             proc = host.start(h, spec)
             h.pid = proc.pid
             state.save(st)
@@ -141,6 +159,8 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path) 
             if proc.returncode != 0 or proc.stdout.strip() != h.name:
                 why = proc.stderr.strip().splitlines()[-1:] or [proc.stdout.strip()]
                 raise LabError(f"ssh root@{h.address} ({h.name}) does not work: {why[0]}")
+    if plane:
+        lab_plane.wait_ready(plane, {h.name: h.address for h in st.hosts if h.name in nodes}, say)
     st.phase = "up"
     state.save(st)
     inventory.write(st)
@@ -189,6 +209,7 @@ def _teardown(st: LabState | None) -> int:
         if procs.is_lab_process(pid):
             procs.end([pid])  # type: ignore[list-item]
     slurm.stop(st)
+    lab_plane.stop()
     procs.end(procs.tagged(), grace=2.0)
     procs.end(procs.host_boots(), grace=10.0)  # a host whose supervisor was killed: halt it
     for link in net.list_links():
@@ -232,7 +253,9 @@ def describe(st: LabState) -> str:
     since = time.strftime("%H:%M:%S", time.localtime(st.started_at))
     proxy = "running" if procs.is_lab_process(st.proxy_pid) else "NOT RUNNING"
     return (f"lab {st.phase} since {since}: {plural(len(st.hosts), 'host')} on {st.subnet}, image {st.image}, "
-            f"proxy {st.proxy_url} ({proxy})")
+            f"proxy {st.proxy_url} ({proxy})" + (f", kubernetes {st.kubernetes_server} "
+                                                  f"({'running' if lab_plane.running() else 'NOT RUNNING'})"
+                                                  if st.kubernetes_server else ""))
 
 
 # ----------------------------------------------------------------------------------------- faults

@@ -107,8 +107,9 @@ def hosts_file(hosts: list[HostState], bridge: str) -> str:
 
 
 def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identity: HostIdentity,
-         known_hosts: str, proxy_url: str, nvml_library: Path | None) -> dict:
-    """Everything hostinit.py needs to assemble this host."""
+         known_hosts: str, proxy_url: str, nvml_library: Path | None, node: dict | None = None) -> dict:
+    """Everything hostinit.py needs to assemble this host; NODE: what makes it a Kubernetes node
+    (lab/kubernetes/node_host.parts), with the pods' cgroup root the host removes as it ends."""
     run_dir, data_dir = config.host_run_dir(host.name), config.host_data_dir(host.name)
     files = [
         ("/etc/hostname", host.name + "\n", 0o644),
@@ -148,6 +149,10 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         files.append((compute.AGENT_SHIM, compute.agent_shim(), 0o755))
         kernel = {"dir": str(run_dir / "kernel"), "file": config.MODULE_VERSION_FILE,
                   "scenario": config.MODULE_SCENARIO_FILE, "driver_scenario": config.DRIVER_SCENARIO}
+    node = node or {}
+    files += node.get("files", [])
+    binds += node.get("binds", [])
+    links += node.get("links", [])
     return {
         "hostname": host.name,
         "root": str(run_dir / "root"),
@@ -165,6 +170,8 @@ def spec(host: HostState, all_hosts: list[HostState], lowers: list[str], identit
         "netns_path": str(net.NETNS_DIR / host.netns),
         "nspawn_run": NSPAWN_RUN,
         "cgroup": config.cgroup_name(host.name),
+        "capabilities": node.get("capabilities", []),
+        "pod_cgroup": node.get("pod_cgroup", ""),
     }
 
 

@@ -131,6 +131,32 @@ def leave_cgroups() -> None:
         except OSError:
             continue
         remove_cgroup(mine)
+    remove_pod_cgroups()
+
+
+def controller_places(own: str) -> list[str]:
+    """Where each v1 controller's tree is for a host this process boots: systemd-nspawn mounts the tree of the
+    controller's cgroup it was started in (OWN: /proc/self/cgroup's text) as the host's /sys/fs/cgroup/CONTROLLER."""
+    places = []
+    for line in own.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(","):
+            mount = os.path.join(CGROUP_FS, controller)
+            if controller and not controller.startswith("name=") and os.path.isdir(mount):
+                places.append(os.path.normpath(os.path.join(mount, path.lstrip("/"))))
+    return places
+
+
+def remove_pod_cgroups() -> None:
+    """A Kubernetes node's pods' cgroups, which its kubelet makes in the v1 controllers' trees the host sees (the
+    machine's, where the lab runs in the root cgroups): empty once the host's processes ended."""
+    name = SPEC.get("pod_cgroup")
+    if not name:
+        return
+    with open("/proc/self/cgroup") as fh:
+        own = fh.read()
+    for place in controller_places(own):
+        remove_cgroup(os.path.join(place, name))
 
 
 def nspawn_argv() -> list[str]:
@@ -143,6 +169,7 @@ def nspawn_argv() -> list[str]:
         "--resolv-conf=off", "--timezone=off", "--link-journal=no", "--console=passive",
         # root on a node reads the kernel log (gpu.xid runs dmesg); systemd-nspawn drops this capability
         "--capability=CAP_SYSLOG",
+        *(f"--capability={cap}" for cap in SPEC.get("capabilities", [])),
     ]
     argv += [f"--bind{'' if b.get('writable') else '-ro'}={b['source']}:{b['target']}" for b in SPEC["binds"]]
     return argv
@@ -226,6 +253,7 @@ def main() -> int:
         write_files()
         make_links()
         own_cgroup()
+        remove_pod_cgroups()  # what a host killed with its pods left
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         log(f"FAILED: {exc}")
         return 1

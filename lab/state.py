@@ -52,6 +52,7 @@ class LabState:
     nvidia_repo_fingerprint: str = ""
     hosts: list[HostState] = field(default_factory=list)
     slurm_client_pid: int | None = None  # this machine's munged for the lab's Slurm (lab/slurm.py)
+    kubernetes_server: str = ""  # the lab's Kubernetes apiserver, when up --kubernetes (lab/kubernetes/lab_plane.py)
 
     def host(self, name_or_address: str) -> HostState:
         for host in self.hosts:

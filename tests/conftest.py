@@ -68,10 +68,17 @@ def mark_daemons(item: pytest.Item) -> None:
 def group_of(item: pytest.Item) -> str:
     """The unit a worker takes whole: each lab chain's tests together (one worker, in order), the Kubernetes
     control plane's together, every other test with its file (its module fixtures paid once)."""
+    if item.get_closest_marker("kubernetes"):  # the lab's Kubernetes nodes too: on a lab instance of this worker's
+        return KUBERNETES_GROUP
     if item.get_closest_marker("lab"):
         chain = item.get_closest_marker("lab_chain")
         return f"{LAB_GROUP}-{chain.args[0]}" if chain else LAB_GROUP
-    return KUBERNETES_GROUP if item.get_closest_marker("kubernetes") else item.nodeid.split("::", 1)[0]
+    return item.nodeid.split("::", 1)[0]
+
+
+def in_a_chain(item: pytest.Item) -> bool:
+    group_name = group_of(item)
+    return group_name == LAB_GROUP or group_name.startswith(f"{LAB_GROUP}-")
 
 
 def group(item: pytest.Item) -> None:
@@ -178,7 +185,7 @@ def give_way_to_the_lab(item: pytest.Item) -> None:
     from support import GIVE_WAY
 
     if (os.environ.get("PYTEST_XDIST_WORKER") and item.config.stash.get(LAB_IN_RUN, False)
-            and not item.get_closest_marker("lab") and os.nice(0) == STARTED_AT_NICE):
+            and not in_a_chain(item) and os.nice(0) == STARTED_AT_NICE):
         os.nice(GIVE_WAY)
 
 

@@ -73,7 +73,7 @@ def find() -> Path | None:
 def build(progress: Progress = say) -> Path:
     versions = resolve()
     out = cache_dir(cache_key(versions))
-    with _one_build(progress):
+    with one_build(progress):
         if (out / "meta.json").is_file():
             progress(f"kubernetes binaries: cached in {out}")
             return out
@@ -81,7 +81,7 @@ def build(progress: Progress = say) -> Path:
 
 
 @contextlib.contextmanager
-def _one_build(progress: Progress):
+def one_build(progress: Progress):
     config.CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with open(config.CACHE_DIR / "kubernetes.lock", "w") as lock:
         try:
@@ -96,31 +96,28 @@ def _build(versions: Mapping[str, str], out: Path, progress: Progress) -> Path:
     scratch = out.with_name(out.name + ".tmp")
     shutil.rmtree(scratch, ignore_errors=True)  # an interrupted build's leftovers
     scratch.mkdir(parents=True)
-    wall, cpu = time.monotonic(), _children_cpu()
+    wall, cpu = time.monotonic(), children_cpu()
     root, tree = scratch / "root", scratch / "gopath" / "src" / "k8s.io" / "kubernetes"
-    _step(progress, f"downloading {len(PACKAGES)} Debian packages (Go {versions[f'{GO}-go']}, "
-                    f"etcd {versions['etcd-server']}, kubectl)", lambda: _fetch_debs(versions, scratch / "debs", root))
-    _step(progress, f"downloading and unpacking source package {SOURCE_PACKAGE}={SOURCE_VERSION} (34 MB)",
-          lambda: _fetch_source(scratch / "apt", tree))
-    _swap_reflect2(root, tree)
-    env = _go_env(root, scratch / "gopath")
-    _step(progress, "generating OpenAPI definitions (make gen_openapi)",
-          lambda: _logged(["make", "gen_openapi"], tree, env, scratch / "gen_openapi.log", "make gen_openapi",
+    step(progress, f"downloading {len(PACKAGES)} Debian packages (Go {versions[f'{GO}-go']}, "
+                    f"etcd {versions['etcd-server']}, kubectl)", lambda: fetch_debs(versions, scratch / "debs", root))
+    step(progress, f"downloading and unpacking source package {SOURCE_PACKAGE}={SOURCE_VERSION} (34 MB)",
+          lambda: fetch_source(scratch / "apt", tree))
+    swap_reflect2(root, tree)
+    env = go_env(root, scratch / "gopath")
+    step(progress, "generating OpenAPI definitions (make gen_openapi)",
+          lambda: logged(["make", "gen_openapi"], tree, env, scratch / "gen_openapi.log", "make gen_openapi",
                           progress))
-    ldflags = "-s -w " + " ".join(f"-X k8s.io/kubernetes/vendor/k8s.io/{pkg}.{var}"
-                       for pkg in ("component-base/version", "client-go/pkg/version")
-                       for var in (f"gitVersion={GIT_VERSION}", "gitMajor=1", "gitMinor=20"))
     bin_dir = scratch / "out" / "bin"
     bin_dir.mkdir(parents=True)
-    _step(progress, f"building {', '.join(COMMANDS)} with Go (about 500 CPU-s cold, 850 MB Go cache; warm: 1 min)",
-          lambda: _logged(["go", "build", "-v", "-tags", "providerless", "-ldflags", ldflags, "-o", f"{bin_dir}/",
+    step(progress, f"building {', '.join(COMMANDS)} with Go (about 500 CPU-s cold, 850 MB Go cache; warm: 1 min)",
+          lambda: logged(["go", "build", "-v", "-tags", "providerless", "-ldflags", ldflags(), "-o", f"{bin_dir}/",
                            *(f"./cmd/{c}" for c in COMMANDS)], tree, env, scratch / "go-build.log", "go build",
                           progress))
     for name, rel in FROM_DEBS.items():
         shutil.copy2(root / rel, bin_dir / name)
     meta = {"recipe": RECIPE_VERSION, "source": f"{SOURCE_PACKAGE}={SOURCE_VERSION}", "packages": versions,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": round(time.monotonic() - wall, 1),
-            "cpu_s": round(_children_cpu() - cpu, 1)}
+            "cpu_s": round(children_cpu() - cpu, 1)}
     (scratch / "out" / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     (scratch / "out").rename(out)  # atomic: the cache dir appears complete or not at all
     shutil.rmtree(scratch, ignore_errors=True)
@@ -128,25 +125,32 @@ def _build(versions: Mapping[str, str], out: Path, progress: Progress) -> Path:
     return out
 
 
-def _step(progress: Progress, what: str, action: Callable[[], object]) -> None:
+def ldflags() -> str:
+    """Stripped, and reporting the release the source package is (v1.20.2) instead of a git describe of no tree."""
+    return "-s -w " + " ".join(f"-X k8s.io/kubernetes/vendor/k8s.io/{pkg}.{var}"
+                               for pkg in ("component-base/version", "client-go/pkg/version")
+                               for var in (f"gitVersion={GIT_VERSION}", "gitMajor=1", "gitMinor=20"))
+
+
+def step(progress: Progress, what: str, action: Callable[[], object]) -> None:
     progress(f"{what} ...")
     start = time.monotonic()
     action()
     progress(f"{what}: done in {fmt_duration(time.monotonic() - start)}")
 
 
-def _children_cpu() -> float:
+def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def _fetch_debs(versions: Mapping[str, str], debs: Path, root: Path) -> None:
+def fetch_debs(versions: Mapping[str, str], debs: Path, root: Path) -> None:
     debs.mkdir()
     for package, version in versions.items():
         proc = subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=debs, capture_output=True,
                               text=True, timeout=600, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
-            raise LabError(f"package {package}={version} cannot be had: {_last_line(proc.stderr)}")
+            raise LabError(f"package {package}={version} cannot be had: {last_line(proc.stderr)}")
     for deb in sorted(debs.glob("*.deb")):
         run(["dpkg-deb", "-x", str(deb), str(root)], timeout=300)
 
@@ -185,23 +189,23 @@ def _deb_sources() -> list[tuple[str, str, str, str]]:
     return found
 
 
-def _fetch_source(apt: Path, tree: Path) -> None:
+def fetch_source(apt: Path, tree: Path) -> None:
     options = _apt_source_options(apt)
     proc = subprocess.run(["apt-get", *options, "update"], capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise LabError(f"source package {SOURCE_PACKAGE} cannot be had: apt-get update of deb-src failed: "
-                       f"{_last_line(proc.stderr)}")
+                       f"{last_line(proc.stderr)}")
     proc = subprocess.run(["apt-get", *options, "source", "--download-only", f"{SOURCE_PACKAGE}={SOURCE_VERSION}"],
                           cwd=apt, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
-        raise LabError(f"source package {SOURCE_PACKAGE}={SOURCE_VERSION} cannot be had: {_last_line(proc.stderr)}")
+        raise LabError(f"source package {SOURCE_PACKAGE}={SOURCE_VERSION} cannot be had: {last_line(proc.stderr)}")
     dsc = next(apt.glob(f"{SOURCE_PACKAGE}_*.dsc"))
     tree.parent.mkdir(parents=True)
     run(["dpkg-source", "--no-check", "-x", str(dsc), str(tree)], timeout=600)  # applies debian/patches
 
 
-def _swap_reflect2(root: Path, tree: Path) -> None:
+def swap_reflect2(root: Path, tree: Path) -> None:
     # The vendored reflect2 1.0.1 crashes the apiserver under Go 1.19 (UnsafeMapType.UnsafeIterate); 1.0.2 does not.
     debian = root / "usr/share/gocode/src/github.com/modern-go/reflect2"
     vendored = tree / "vendor/github.com/modern-go/reflect2"
@@ -211,7 +215,7 @@ def _swap_reflect2(root: Path, tree: Path) -> None:
     shutil.copytree(debian, vendored)
 
 
-def _go_env(root: Path, gopath: Path) -> dict[str, str]:
+def go_env(root: Path, gopath: Path) -> dict[str, str]:
     goroot = root / f"usr/lib/go-{GO.removeprefix('golang-')}"
     GO_CACHE.mkdir(parents=True, exist_ok=True)
     # GOPATH mode, as the tree's hack/lib/init.sh sets it; nothing may come from the network.
@@ -219,7 +223,7 @@ def _go_env(root: Path, gopath: Path) -> dict[str, str]:
             "GOFLAGS": "", "GOCACHE": str(GO_CACHE), "PATH": f"{goroot}/bin:{root}/usr/bin:{os.environ['PATH']}"}
 
 
-def _logged(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], log: Path, what: str, progress: Progress) -> None:
+def logged(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], log: Path, what: str, progress: Progress) -> None:
     """Run cmd with its output in log, saying every HEARTBEAT_S that it is alive (and what it is at). At the lowest
     CPU priority: alone on a machine it runs as fast, and beside the tests (make test builds it on a worker of its
     own) it takes only the CPU they leave, instead of slowing the lab's chain of tests, the suite's longest."""
@@ -241,10 +245,10 @@ def _logged(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], log: Path, wh
             proc.kill()
             proc.wait()
     if proc.returncode != 0:
-        raise LabError(f"{what} failed (exit {proc.returncode}): {_last_line(log.read_text(errors='replace'))}; "
+        raise LabError(f"{what} failed (exit {proc.returncode}): {last_line(log.read_text(errors='replace'))}; "
                        f"see {log}")
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "no output"

@@ -1,6 +1,8 @@
-"""etcd, kube-apiserver (RBAC on), kube-controller-manager and kube-scheduler on 127.0.0.1, free ports.
+"""etcd, kube-apiserver (RBAC on), kube-controller-manager and kube-scheduler, free ports: the apiserver on
+127.0.0.1 or on the address given (the lab's bridge, where the lab's kubelets reach it), the rest on 127.0.0.1.
 
-One admin token (group system:masters) in a static token file; the kubeconfig written to run_dir uses it.
+One admin token (group system:masters) in a static token file; the kubeconfig written to run_dir uses it. Each node
+named gets a token of its own (user system:node:NAME, group system:nodes), which the Node authorizer judges.
 The serving certificate is self-signed with `cryptography` when it is importable, else the apiserver makes its
 own under --cert-dir (and the kubeconfig then skips verification).
 """
@@ -17,6 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,7 @@ class ControlPlane:
     token: str
     ca_file: Path | None
     kubeconfig: Path
+    node_tokens: dict[str, str] = field(default_factory=dict)  # node name -> its kubelet's token
     ready_s: dict[str, float] = field(default_factory=dict)  # seconds from start to ready, per server
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
@@ -73,19 +77,22 @@ class ControlPlane:
         self.procs.clear()
 
 
-def start(cache_dir: Path, run_dir: Path) -> ControlPlane:
+def start(cache_dir: Path, run_dir: Path, address: str = "127.0.0.1", nodes: Sequence[str] = ()) -> ControlPlane:
     bin_dir, logs = cache_dir / "bin", run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    etcd_port, peer_port, api_port, cm_port, sched_port = _free_ports(5)
+    etcd_port, peer_port, cm_port, sched_port = _free_ports(4)
+    api_port = _free_ports(1, address)[0]
     token = secrets.token_hex(16)
+    node_tokens = {name: secrets.token_hex(16) for name in nodes}
     tokens = run_dir / "tokens.csv"
-    tokens.write_text(f'{token},admin,admin,"system:masters"\n')
+    tokens.write_text(f'{token},admin,admin,"system:masters"\n' + "".join(
+        f'{secret},system:node:{name},node-{name},"system:nodes"\n' for name, secret in node_tokens.items()))
     tokens.chmod(0o600)
     sa_key = run_dir / "sa.key"
-    tls = _self_signed(run_dir, sa_key)
-    server = f"https://127.0.0.1:{api_port}"
+    tls = _self_signed(run_dir, sa_key, address)
+    server = f"https://{address}:{api_port}"
     plane = ControlPlane(bin_dir, run_dir, server, token, run_dir / "apiserver.crt" if tls else None,
-                         run_dir / "kubeconfig")
+                         run_dir / "kubeconfig", node_tokens)
     _write_kubeconfig(plane)
     kubeconfig = f"--kubeconfig={plane.kubeconfig}"
     delegated = [f"--authentication-kubeconfig={plane.kubeconfig}", f"--authorization-kubeconfig={plane.kubeconfig}"]
@@ -95,10 +102,17 @@ def start(cache_dir: Path, run_dir: Path) -> ControlPlane:
                   f"--advertise-client-urls={etcd_url}", f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
                   f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
                   f"--initial-cluster=default=http://127.0.0.1:{peer_port}"], f"{etcd_url}/health"),
-        ("kube-apiserver", [f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", f"--secure-port={api_port}",
+        ("kube-apiserver", [f"--etcd-servers={etcd_url}", f"--bind-address={address}",
+                            f"--advertise-address={address}", f"--secure-port={api_port}",
                             "--insecure-port=0", f"--token-auth-file={tokens}", "--authorization-mode=Node,RBAC",
                             "--allow-privileged=true",  # as kubeadm sets it: GPU node agents run privileged
-                            "--endpoint-reconciler-type=none", f"--service-cluster-ip-range={SERVICE_RANGE}",
+                            # as kubeadm: a kubelet writes its own Node and its own pods' status, no other's
+                            "--enable-admission-plugins=NodeRestriction",
+                            "--endpoint-reconciler-type=none",
+                            # logs and exec dial a kubelet at its Node's address (a lab host's name does not
+                            # resolve here)
+                            "--kubelet-preferred-address-types=InternalIP,Hostname",
+                            f"--service-cluster-ip-range={SERVICE_RANGE}",
                             "--service-account-issuer=https://kubernetes.default.svc",
                             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
                             *([f"--tls-cert-file={run_dir / 'apiserver.crt'}",
@@ -147,11 +161,11 @@ def _wait_healthy(plane: ControlPlane, name: str, proc: subprocess.Popen[bytes],
         time.sleep(0.2)
 
 
-def _free_ports(count: int) -> list[int]:
+def _free_ports(count: int, address: str = "127.0.0.1") -> list[int]:
     socks = [socket.socket() for _ in range(count)]
     try:
         for sock in socks:
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((address, 0))
         return [sock.getsockname()[1] for sock in socks]
     finally:
         for sock in socks:
@@ -165,7 +179,7 @@ def _unverified() -> ssl.SSLContext:
     return context
 
 
-def _self_signed(run_dir: Path, sa_key: Path) -> bool:
+def _self_signed(run_dir: Path, sa_key: Path, address: str) -> bool:
     """Write the service-account key, and a self-signed serving cert when `cryptography` is there (True)."""
     try:
         from cryptography import x509
@@ -184,7 +198,8 @@ def _self_signed(run_dir: Path, sa_key: Path) -> bool:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpucheck-lab-apiserver")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+    ips = sorted({"127.0.0.1", "10.0.0.1", address})
+    sans = [*(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips),
             *(x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"))]
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))

@@ -1,0 +1,145 @@
+"""The lab's GPU hosts as real Kubernetes nodes (`python3 -m lab up --kubernetes`): each host's own kubelet,
+containerd and runc (lab/kubernetes/node_kit.py) register it with the lab's control plane under the node's own
+identity, and pods run on it, a user pod preempting gpucheck's low-priority work. Two hosts from the bare base (the
+kubelet needs no provisioning), on this worker's own lab instance, beside the lab chain's."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab import config, hostinit
+from lab.errors import LabError
+from lab.kubernetes import lab_plane, node_host, node_kit
+from labkit import REPO, lab_cli, read_inventory, require_root
+
+pytestmark = [pytest.mark.lab, pytest.mark.kubernetes]
+NODES = ("node01", "node02")
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what the kubelet would set
+
+
+def machine_sysctls() -> dict[str, str]:
+    return {key: Path(f"/proc/sys/{key}").read_text().strip() for key in SYSCTLS}
+
+
+def pods_root(node: str) -> str:
+    return node_host.cgroup_root(config.cgroup_name(node))
+
+
+def pods_cgroups() -> list[Path]:
+    """The nodes' pods' cgroups where the hosts see the v1 controllers' trees (those this process, which started
+    the lab, is in)."""
+    places = hostinit.controller_places(Path("/proc/self/cgroup").read_text())
+    return [Path(place, pods_root(node)) for place in places for node in NODES if Path(place, pods_root(node)).exists()]
+
+
+@pytest.fixture(scope="module")
+def before() -> dict[str, str]:
+    return machine_sysctls()
+
+
+@pytest.fixture(scope="module")
+def plane(before):
+    require_root()
+    lab_cli("up", "--hosts", "2", "--no-golden", "--kubernetes", timeout=1800)
+    try:
+        yield lab_plane.load()
+    finally:
+        lab_cli("down", check=False)
+
+
+def wait_for(what: str, check, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.3)
+
+
+def pod(name: str, node: str, command: str, priority_class: str = "", gpus: int = 0) -> dict:
+    container = {"name": "c", "image": node_kit.BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                 "command": ["sh", "-c", command]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec = {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 5, "containers": [container]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def phase(plane, name: str) -> str:
+    try:
+        return plane.request("GET", f"/api/v1/namespaces/default/pods/{name}")["status"].get("phase", "")
+    except LabError as exc:
+        return "gone" if "HTTP 404" in str(exc) else f"error: {exc}"
+
+
+def test_each_gpu_host_registers_itself_and_is_ready(plane) -> None:
+    addresses = read_inventory()
+    found = {n["metadata"]["name"]: n for n in plane.request("GET", "/api/v1/nodes")["items"]}
+    assert sorted(found) == list(NODES)
+    for name in NODES:
+        node = found[name]
+        info = node["status"]["nodeInfo"]
+        assert info["kubeletVersion"] == "v1.20.2" and info["containerRuntimeVersion"].startswith("containerd://")
+        assert {"type": "InternalIP", "address": addresses[name]} in node["status"]["addresses"]
+        assert node["metadata"]["labels"][node_host.GPU_LABEL] == "true"
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", ready
+
+
+def test_a_node_acts_as_itself_and_the_node_authorizer_keeps_it_to_its_own_node(plane) -> None:
+    as_node01 = dataclasses.replace(plane, token=plane.node_tokens["node01"])
+    label = {"metadata": {"labels": {"gpucheck-test/by": "node01"}}}
+    patched = as_node01.request("PATCH", "/api/v1/nodes/node01", label, "application/strategic-merge-patch+json")
+    assert patched["metadata"]["labels"]["gpucheck-test/by"] == "node01"
+    with pytest.raises(LabError, match="HTTP 403"):
+        as_node01.request("PATCH", "/api/v1/nodes/node02", label, "application/strategic-merge-patch+json")
+
+
+def test_a_pod_runs_on_the_host_under_its_own_cgroups_and_its_log_comes_back(plane, before) -> None:
+    command = "echo hello from $(hostname); grep memory /proc/self/cgroup"
+    plane.request("POST", "/api/v1/namespaces/default/pods", pod("hello", "node02", command))
+    assert wait_for("the pod ended", lambda: phase(plane, "hello") in ("Succeeded", "Failed") and
+                    phase(plane, "hello")) == "Succeeded"
+    # the apiserver reaches node02's kubelet over the bridge for the log
+    said, memory = plane.kubectl("logs", "hello").strip().splitlines()
+    assert said == "hello from hello"
+    # the pod's cgroups are under the host's own root (the machine's /kubepods is every host's), and the machine's
+    # kernel settings are as they were
+    assert memory.split(":", 2)[2].startswith(f"/{pods_root('node02')}/kubepods/besteffort/pod")
+    places = hostinit.controller_places(Path("/proc/self/cgroup").read_text())
+    assert places and all(Path(place, pods_root("node02"), "kubepods").is_dir() for place in places)
+    assert machine_sysctls() == before
+
+
+def test_a_user_pod_preempts_gpuchecks_low_priority_work(plane) -> None:
+    priority = yaml.safe_load((REPO / "deploy/kubernetes/20-priorityclass.yaml").read_text())
+    plane.kubectl("apply", "-f", "-", input=json.dumps(priority))
+    gpus = {"status": {"capacity": {"nvidia.com/gpu": "2"}}}  # what NVIDIA's device plugin would advertise
+    plane.request("PATCH", "/api/v1/nodes/node01/status", gpus, "application/strategic-merge-patch+json")
+    wait_for("node01's 2 GPUs allocatable", lambda: plane.request("GET", "/api/v1/nodes/node01")["status"]
+             ["allocatable"].get("nvidia.com/gpu") == "2")
+    low = pod("burn", "node01", "trap 'exit 143' TERM; while :; do sleep 0.2; done", "gpucheck-active", gpus=2)
+    plane.request("POST", "/api/v1/namespaces/default/pods", low)
+    wait_for("the low-priority pod running", lambda: phase(plane, "burn") == "Running")
+    plane.request("POST", "/api/v1/namespaces/default/pods", pod("train", "node01", "echo got the gpus", gpus=2))
+    assert wait_for("the user pod Succeeded", lambda: phase(plane, "train") == "Succeeded", timeout=120)
+    events = plane.request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=burn")
+    assert any(e["reason"] == "Preempted" for e in events["items"]), [e["reason"] for e in events["items"]]
+    assert phase(plane, "burn") in ("gone", "Failed", "Succeeded")
+
+
+def test_down_leaves_no_plane_no_pod_cgroups_and_the_machine_as_it_was(plane, before) -> None:
+    lab_cli("down")
+    assert lab_plane.running() == [] and pods_cgroups() == []
+    assert machine_sysctls() == before
