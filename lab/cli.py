@@ -248,8 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parser.parse_args(argv)
+        # kubectl's own options (-n NAMESPACE, -o wide) are kubectl's, not this parser's
+        args = argparse.Namespace(command="kubectl", args=argv[1:]) if argv[:1] == ["kubectl"] and "-h" not in \
+            argv[1:2] and "--help" not in argv[1:2] else parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed usage and a one-line error (exit 2)
         return EXIT_OK if exc.code == 0 else EXIT_UNKNOWN
     if args.command is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lab import config, gpus, host, images, inventory, kernel_log, keys, net, procs, rootfs, slurm, standin_repo, state
 from lab.errors import EXIT_FAIL, EXIT_OK, EXIT_WARN, LabError
-from lab.kubernetes import build, lab_plane, node_host, node_kit
+from lab.kubernetes import agent_image, build, lab_plane, node_host, node_kit
 from lab.progress import fmt_duration, plural, say, step
 from lab.ssh import ssh_run
 from lab.state import HostState, LabState
@@ -51,6 +51,7 @@ class UpOptions:
 class KubernetesKit:
     binaries: Path  # the control plane's (lab/kubernetes/build.py)
     node: Path  # the node kit (lab/kubernetes/node_kit.py)
+    agent_image: Path  # the lab's gpucheck image (lab/kubernetes/agent_image.py)
 
 
 def up(opts: UpOptions) -> LabState:
@@ -86,7 +87,8 @@ def up(opts: UpOptions) -> LabState:
                 say(f"no golden image for {opts.playbook.name} as it is now: hosts start from the bare base "
                     "(`python3 -m lab build` makes one)")
         library = gpus.library()
-        kube = KubernetesKit(build.build(say), node_kit.ensure(say)) if opts.kubernetes else None
+        kube = KubernetesKit(build.build(say), node_kit.ensure(say), agent_image.ensure(say)) \
+            if opts.kubernetes else None
         st = LabState(subnet=opts.subnet, bridge=config.BRIDGE, bridge_address=net.bridge_address(opts.subnet),
                       lowers=lowers, image=image, netns_dir_mounted_by_lab=not net.netns_dir_is_mount())
         state.save(st)
@@ -144,7 +146,8 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path, 
             if h.role == "node":
                 gpus.install(h.scenario, config.host_run_dir(h.name) / "fakenvml", h.name, gpus.reset_layer(h.name))
             node = node_host.parts(h.name, h.address, config.cgroup_name(h.name), kube.node,
-                                   lab_plane.join(plane, h.name)) if kube and plane and h.name in nodes else None
+                                   lab_plane.join(plane, h.name), kube.agent_image) \
+                if kube and plane and h.name in nodes else None
             spec = host.spec(h, st.hosts, st.lowers, idents[h.name], known_text, st.proxy_url,
                              library if h.role == "node" else None, node)
             proc = host.start(h, spec)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -27,8 +26,9 @@ burn_seconds = Bounded(float, "a number of seconds", 1, 24 * 3600, low_included=
 SCHEDULED_KIND = re.compile(r"[a-z][a-z0-9-]{0,31}")
 SCHEDULED_HELP = ("run as the scheduled KIND check (daily, weekly) in the Slurm job `gpucheck schedule` submitted: "
                   "tell Slurm as --slurm does, with the drain reason \"gpucheck: scheduled KIND: ...\", which the "
-                  "passive health check leaves alone; a run Slurm stops (a user job preempting it) is kept as "
-                  "preempted, never as a failure")
+                  "passive health check leaves alone; or with --kubernetes, in the pod of a Job "
+                  "(deploy/kubernetes/jobs/). A run its scheduler stops (a user's job or pod preempting it) is kept "
+                  "as preempted, never as a failure")
 
 
 def scheduled_kind(text: str) -> str:
@@ -191,8 +191,9 @@ def cmd_node(args: argparse.Namespace) -> int:
             return node_report(args)
     except Stopped as exc:
         print(f"gpucheck: {exc}: the run and the probes it started were ended", file=sys.stderr)
-        if args.scheduled:
-            stopped_run.keep_scheduled(args, str(exc))
+        scheduler = tell.scheduler_of(args)
+        if args.scheduled and scheduler is not None:
+            stopped_run.keep_scheduled(args, str(exc), scheduler)
         if args.output is not None:
             stopped_run.replace_stale_output(args, str(exc))
         return EXIT_UNKNOWN
@@ -213,9 +214,10 @@ def node_report(args: argparse.Namespace) -> int:
              "a job on an idle node, or from gpucheck cluster --launcher slurm --full")
     if args.scheduled and args.slurm:
         fail("--scheduled tells Slurm itself (a failure drains with a `gpucheck: scheduled` reason): leave out --slurm")
-    if args.scheduled and not os.environ.get("SLURM_JOB_ID"):
-        fail("--scheduled runs inside the Slurm job `gpucheck schedule` submits (there is no SLURM_JOB_ID here): "
-             "by hand, run gpucheck node --full")
+    scheduler = tell.scheduler_of(args)
+    if args.scheduled and scheduler is not None and not scheduler.job():
+        fail("--scheduled runs inside the Slurm job `gpucheck schedule` submits (there is no SLURM_JOB_ID here), or "
+             "with --kubernetes in a Job's pod (deploy/kubernetes/jobs/): by hand, run gpucheck node --full")
     if args.slurm_node and not (args.slurm or args.scheduled):
         fail("--slurm-node needs --slurm or --scheduled")
     if wrong := tell.misused(args):
@@ -230,8 +232,8 @@ def node_report(args: argparse.Namespace) -> int:
                           site)
     except (UsageError, config.ConfigError, profiles.ProfileError) as exc:
         fail(str(exc))
-    if args.scheduled:
-        report.facts["scheduled"] = {"kind": args.scheduled, "job": os.environ["SLURM_JOB_ID"]}
+    if args.scheduled and scheduler is not None:
+        report.facts["scheduled"] = {"kind": args.scheduled, "job": scheduler.job()}
     if note := remember_clean_run(report.results):  # the next run's Xid window starts where this one read to
         print(f"gpucheck: note: {note}", file=sys.stderr)
     active = any(c.active for c in all_checks() if c.id in {r.check for r in report.results})  # --full, --only

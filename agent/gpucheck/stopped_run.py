@@ -6,13 +6,12 @@ time, never as a failure."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from typing import Any
 
 from .files import write_output
 from .process import Stopped, children_end_with_command
+from .tell import Stop
 
 
 def stopped_report(args: argparse.Namespace, reason: str, remediation: str) -> Any:
@@ -41,48 +40,24 @@ def replace_stale_output(args: argparse.Namespace, why: str) -> None:
         print(f"gpucheck: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
 
 
-# Slurm's state of a job it stopped, once settled: a preempted job is requeued (PENDING again, Restarts + 1), a
-# cancelled one CANCELLED. Both read COMPLETING at the moment the SIGTERM arrives (Slurm 22.05, seen in the lab), so
-# the state is read again until it settles, well inside KillWait (30 s by default) before Slurm's SIGKILL.
-REQUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PREEMPTED"}
-UNSETTLED = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
-SETTLE_S = 10.0
-
-
-def settled_state(job: str) -> tuple[str, str]:
-    from . import slurm
-
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        state, reason = slurm.job_state(job)
-        if state not in UNSETTLED or time.monotonic() > deadline:
-            return state, reason
-        time.sleep(0.25)
-
-
-def keep_scheduled(args: argparse.Namespace, why: str) -> None:
-    """A scheduled check Slurm stopped is kept among the node's reports as what it was: preempted by a user job
-    (Slurm requeues it), cancelled, or out of time. An error, never a failure: it judged nothing, drains nothing,
-    and ends no repeat offender's run of failures (docs/history.md)."""
-    from . import slurm
+def keep_scheduled(args: argparse.Namespace, why: str, scheduler: Any) -> None:
+    """A scheduled check its scheduler stopped (tell.Slurm, tell.Kubernetes) is kept among the node's reports as
+    what it was: preempted by a user's job or pod (it runs again), cancelled, or out of time. An error, never a
+    failure: it judged nothing, drains nothing, and ends no repeat offender's run of failures (docs/history.md)."""
     from .node import kept_reports
     from .report.node import render
 
-    job = os.environ.get("SLURM_JOB_ID", "?")
     try:
-        with children_end_with_command():  # the stopped run started its last child: scontrol is this one's
-            state, slurm_reason = settled_state(job)
-    except (slurm.SlurmError, Stopped) as exc:
-        state, slurm_reason = "not read", str(exc)
-    outcome = ("preempted" if state in REQUEUED else "cancelled" if state.startswith("CANCEL")
-               else "out of time" if state in ("TIMEOUT", "DEADLINE") else "stopped")
-    again = {"preempted": "Slurm requeued it: it runs again once the node is idle",
-             "stopped": "whether Slurm requeues it is not known"}.get(
-        outcome, "it does not run again until `gpucheck schedule` queues it")
-    report = stopped_report(args, f"{outcome}: Slurm stopped this scheduled {args.scheduled} check ({why}; job {job}"
-                                  f" {state}, reason {slurm_reason}); {again}", "nothing: the node was not judged")
-    report.facts["scheduled"] = {"kind": args.scheduled, "job": job, "stopped": outcome, "job_state": state}
+        with children_end_with_command():  # the stopped run started its last child: the scheduler's is this one's
+            stop = scheduler.stopped()
+    except Stopped as exc:  # a second signal
+        job = scheduler.job() or "?"
+        stop = Stop("stopped", job, "not read", f"{job}: not read ({exc})", job, "whether it runs again is not known")
+    report = stopped_report(args, f"{stop.outcome}: {scheduler.title} stopped this scheduled {args.scheduled} check "
+                                  f"({why}; {stop.said}); {stop.again}", "nothing: the node was not judged")
+    report.facts["scheduled"] = {"kind": args.scheduled, "job": stop.job, "stopped": stop.outcome,
+                                 "job_state": stop.state}
     if note := kept_reports.keep(report, render(report, "json"), active=False):
         print(f"gpucheck: note: {note}", file=sys.stderr)
-    print(f"gpucheck: scheduled {args.scheduled} check {outcome} (job {job} {state}): kept as such, not a failure",
+    print(f"gpucheck: scheduled {args.scheduled} check {stop.outcome} ({stop.brief}): kept as such, not a failure",
           file=sys.stderr)

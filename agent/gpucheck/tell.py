@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .model import EXIT_FAIL, EXIT_OK, EXIT_UNKNOWN
@@ -26,8 +28,20 @@ class Unreached(Exception):
     """The workload manager could not be told (why, in one line)."""
 
 
+@dataclass(frozen=True)
+class Stop:
+    """How the scheduler stopped a scheduled check that a signal ended."""
+    outcome: str  # preempted (it runs again), cancelled, out of time, stopped (not known)
+    job: str  # the scheduler's job: Slurm's job id, the pod's name
+    state: str  # the job's state as the scheduler has it
+    said: str  # what the scheduler said, for the report's reason
+    brief: str  # the job and its state, in a few words
+    again: str  # whether and when it runs again
+
+
 class Scheduler(Protocol):
     name: str  # "slurm" or "kubernetes": what the run says and the key of its facts
+    title: str  # its name in a sentence
     node: str | None  # the node as the scheduler names it; None: this host's
     repairs: bool  # gpucheck watch's repairs wait for its jobs and resume it (Slurm's only, for now)
 
@@ -37,9 +51,23 @@ class Scheduler(Protocol):
         failed checks' "<id> <reason>"): something with `verb`, `describe()` and `record(path)`. An automatic
         path's drain is put to the breaker (`held_by`, node.yaml's). Raises Unreached."""
 
+    def job(self) -> str | None:
+        """The scheduler's job this run is in (a scheduled check runs in one), or None."""
+
+    def stopped(self) -> Stop:
+        """How the scheduler stopped the scheduled check of this job, which a signal just ended."""
+
+
+# Slurm's state of a job it stopped, once settled: a preempted job is requeued (PENDING again, Restarts + 1), a
+# cancelled one CANCELLED. Both read COMPLETING at the moment the SIGTERM arrives (Slurm 22.05, seen in the lab), so
+# the state is read again until it settles, well inside KillWait (30 s by default) before Slurm's SIGKILL.
+REQUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PREEMPTED"}
+UNSETTLED = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
+SETTLE_S = 10.0
+
 
 class Slurm:
-    name, repairs = "slurm", True
+    name, title, repairs = "slurm", "Slurm", True
 
     def __init__(self, node: str | None = None) -> None:
         self.node = node
@@ -54,9 +82,32 @@ class Slurm:
         except client.SlurmError as exc:
             raise Unreached(str(exc)) from None
 
+    def job(self) -> str | None:
+        return os.environ.get("SLURM_JOB_ID")
+
+    def stopped(self) -> Stop:
+        from . import slurm as client
+
+        job = self.job() or "?"
+        deadline = time.monotonic() + SETTLE_S
+        try:
+            while True:
+                state, reason = client.job_state(job)
+                if state not in UNSETTLED or time.monotonic() > deadline:
+                    break
+                time.sleep(0.25)
+        except client.SlurmError as exc:
+            state, reason = "not read", str(exc)
+        outcome = ("preempted" if state in REQUEUED else "cancelled" if state.startswith("CANCEL")
+                   else "out of time" if state in ("TIMEOUT", "DEADLINE") else "stopped")
+        again = {"preempted": "Slurm requeued it: it runs again once the node is idle",
+                 "stopped": "whether Slurm requeues it is not known"}.get(
+            outcome, "it does not run again until `gpucheck schedule` queues it")
+        return Stop(outcome, job, state, f"job {job} {state}, reason {reason}", f"job {job} {state}", again)
+
 
 class Kubernetes:
-    name, repairs = "kubernetes", False
+    name, title, repairs = "kubernetes", "Kubernetes", False
 
     def __init__(self, node: str | None = None, kubeconfig: str | None = None) -> None:
         self.node, self.kubeconfig = node, kubeconfig
@@ -73,6 +124,24 @@ class Kubernetes:
         except api.KubernetesError as exc:
             raise Unreached(str(exc)) from None
 
+    def job(self) -> str | None:
+        from .kubernetes import pod_stop
+
+        return pod_stop.this_pod()[0] if os.environ.get("KUBERNETES_SERVICE_HOST") else None
+
+    def stopped(self) -> Stop:
+        from .kubernetes import api, pod_stop
+
+        job = self.job() or "?"
+        try:
+            outcome, said = pod_stop.how_stopped(self.kubeconfig)
+        except api.KubernetesError as exc:
+            outcome, said = "stopped", f"not read: {exc}"
+        again = {"preempted": "its Job starts it again once the node's GPUs are free",
+                 "cancelled": "it does not run again unless its Job is created again"}.get(
+            outcome, "whether its Job starts it again is not known")
+        return Stop(outcome, job, outcome, said, f"pod {job}", again)
+
 
 def add_kubernetes_options(parser: Any) -> None:
     """The options naming the Node and the API server, alike in `gpucheck node` and `gpucheck watch`."""
@@ -84,19 +153,28 @@ def add_kubernetes_options(parser: Any) -> None:
 
 def misused(args: argparse.Namespace) -> str | None:
     """What is wrong with the scheduler options given together, in one line, or None."""
-    if args.kubernetes and (args.slurm or getattr(args, "scheduled", None)):
-        return "--kubernetes and --slurm (or --scheduled) each tell a scheduler: give one"
+    if args.kubernetes and args.slurm:
+        return "--kubernetes and --slurm each tell a scheduler: give one"
     if (args.kubernetes_node or args.kubeconfig) and not args.kubernetes:
         return "--kubernetes-node and --kubeconfig need --kubernetes"
     return None
 
 
+def scheduler_of(args: argparse.Namespace) -> Scheduler | None:
+    """The scheduler `gpucheck node`'s arguments name (--scheduled alone: Slurm's, as `gpucheck schedule` runs it)."""
+    if args.kubernetes:
+        return Kubernetes(args.kubernetes_node, args.kubeconfig)
+    if args.slurm or args.scheduled:
+        return Slurm(args.slurm_node)
+    return None
+
+
 def chosen(args: argparse.Namespace, site: Any, active: bool) -> Tell | None:
     """The scheduler `gpucheck node`'s arguments name, or None: `active` says the run had active checks."""
-    if args.slurm or args.scheduled:
-        return lambda report: slurm(args.slurm_node, report, args.scheduled, site.breaker)
     if args.kubernetes:
         return lambda report: kubernetes(args.kubernetes_node, report, active, args.kubeconfig, site.breaker)
+    if args.slurm or args.scheduled:
+        return lambda report: slurm(args.slurm_node, report, args.scheduled, site.breaker)
     return None
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 MOUNT_POINTS = ("dev", "etc", "proc", "sys", "tmp")  # what runc mounts over or a container writes
 
 
-def layer(files: Mapping[str, Path], links: Mapping[str, str]) -> bytes:
-    """A layer tar: files (path in the image -> file here, kept executable) and symlinks (path -> target)."""
+def layer(files: Mapping[str, Path | bytes], links: Mapping[str, str]) -> bytes:
+    """A layer tar: files (path in the image -> a file here, with its mode and time, or an executable's bytes) and
+    symlinks (path -> target)."""
     buf = io.BytesIO()
     made: set[str] = set()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -35,9 +36,13 @@ def layer(files: Mapping[str, Path], links: Mapping[str, str]) -> bytes:
         for target, source in sorted(files.items()):
             name = target.strip("/")
             parents(name)
-            data = source.read_bytes()
             info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o755
+            if isinstance(source, bytes):
+                data, info.mode = source, 0o755
+            else:  # the source's mode and time: Python checks a .pyc against its source's time
+                data, stat = source.read_bytes(), source.stat()
+                info.mode, info.mtime = stat.st_mode & 0o7777 | 0o444, int(stat.st_mtime)
+            info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
         for target, dest in sorted(links.items()):
             name = target.strip("/")
@@ -50,7 +55,7 @@ def layer(files: Mapping[str, Path], links: Mapping[str, str]) -> bytes:
     return buf.getvalue()
 
 
-def pack(out: Path, ref: str, files: Mapping[str, Path], links: Mapping[str, str] | None = None,
+def pack(out: Path, ref: str, files: Mapping[str, Path | bytes], links: Mapping[str, str] | None = None,
          entrypoint: Sequence[str] = (), cmd: Sequence[str] = ()) -> str:
     """Write the image REF to OUT; its layer's digest."""
     data = layer(files, links or {})

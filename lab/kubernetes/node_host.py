@@ -8,10 +8,12 @@ node, each confined to the host (docs/kubernetes.md says why each is needed):
   namespace, and the pods' cgroups live under a root of the host's own (CGROUP_ROOT), never the machine's
   shared /kubepods (the hosts would share one tree, as they once shared one systemd tree);
 - the kubelet reads the kernel settings it wants (vm.overcommit_memory=1, kernel.panic=10, ...) from files bound
-  over /proc/sys in its own mount namespace: it would otherwise set them on the machine, whose kernel every host
-  shares (and /proc/sys is read-only in a host);
-- it opens /dev/kmsg for its OOM watcher, which a host has not: /dev/null is bound there, in the kubelet's
-  namespace only (the host's kernel log is the lab's file, lab/kernel_log.py);
+  over /proc/sys: it would otherwise set them on the machine, whose kernel every host shares (and /proc/sys is
+  read-only in a host);
+- it opens /dev/kmsg for its OOM watcher, which a host has not: /dev/null is bound there (the host's kernel log is
+  the lab's file, lab/kernel_log.py);
+- these binds are made in the host's own mount namespace, not in one of the kubelet's: the volumes it mounts for a
+  pod (its service account's token) must be seen by containerd and runc;
 - containerd stores images with the native snapshotter (overlayfs cannot stack on the host's overlay root), clamps
   oom_score_adj (root here has no CAP_SYS_RESOURCE) and makes no session keyring (nspawn's seccomp refuses keyctl).
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 from lab.kubernetes import node_kit
 
 KIT = "/opt/gpucheck-lab/kubernetes"  # the node kit, bound read-only
+AGENT_IMAGE = "/opt/gpucheck-lab/images/gpucheck.tar"  # the lab's gpucheck image (agent_image.py), bound read-only
 CONF = "/etc/gpucheck-lab/kubernetes"
 UNITS = "/etc/systemd/system"
 SOCKET = "/run/containerd/containerd.sock"
@@ -54,7 +57,7 @@ def pod_subnet(address: str) -> str:
     return f"10.244.{address.rsplit('.', 1)[1]}.0/24"
 
 
-def parts(name: str, address: str, host_cgroup: str, kit: Path, join: Join) -> dict:
+def parts(name: str, address: str, host_cgroup: str, kit: Path, join: Join, agent_image: Path) -> dict:
     """The host spec's additions: files (path, content, mode), binds, links, capabilities, and the pods' cgroup
     root the host removes from the machine's controllers as it ends."""
     files = [(f"{CONF}/containerd.toml", containerd_toml(), 0o644),
@@ -67,7 +70,7 @@ def parts(name: str, address: str, host_cgroup: str, kit: Path, join: Join) -> d
              (f"{UNITS}/{KUBELET}.service", kubelet_unit(address), 0o644)]
     files += [(f"{CONF}/sysctl/{key.replace('/', '.')}", value + "\n", 0o444) for key, value in SYSCTLS.items()]
     return {"files": files,
-            "binds": [{"source": str(kit), "target": KIT}],
+            "binds": [{"source": str(kit), "target": KIT}, {"source": str(agent_image), "target": AGENT_IMAGE}],
             "links": [{"path": f"{UNITS}/multi-user.target.wants/{KUBELET}.service",
                        "target": f"{UNITS}/{KUBELET}.service"}],
             "capabilities": list(CAPABILITIES), "pod_cgroup": cgroup_root(host_cgroup)}
@@ -142,15 +145,27 @@ def kubeconfig(name: str, join: Join) -> str:
 
 
 def prepare_script(root: str) -> str:
+    binds = "\n".join(f"bind {CONF}/sysctl/{key.replace('/', '.')} /proc/sys/{key}" for key in SYSCTLS)
     return f"""\
 #!/bin/sh
-# gpucheck lab: the v1 cgroup controllers writable in this host, and the pods' cgroup root of its own in each
+# gpucheck lab (lab/kubernetes/node_host.py): what a kubelet needs and a systemd-nspawn host lacks, in this host's
+# mount namespace (the kubelet's mounts must reach containerd's, so it gets none of its own)
 set -e
+bind() {{
+    mountpoint -q "$2" && return
+    [ -e "$2" ] || touch "$2"
+    mount --bind "$1" "$2" && mount -o remount,bind,ro "$2"
+}}
+# the v1 cgroup controllers writable, and the pods' cgroup root of this host's own in each
 mount -o remount,rw /sys/fs/cgroup
 for dir in /sys/fs/cgroup/*/; do
     case "$dir" in */unified/|*/systemd/) ;; *) mount -o remount,bind,rw "$dir" ;; esac
     mkdir -p "${{dir}}{root}"
 done
+# the kernel settings the kubelet wants, read from files (it would set them on the machine every host shares)
+{binds}
+# its OOM watcher's /dev/kmsg: the host's kernel log is the lab's file (lab/kernel_log.py)
+bind /dev/null /dev/kmsg
 """
 
 
@@ -166,8 +181,9 @@ ExecStart={CONF}/prepare.sh
 
 
 def containerd_unit() -> str:
+    tars = [f"{KIT}/images/{tar}" for tar in node_kit.IMAGES] + [AGENT_IMAGE]
     imports = "\n".join(f"ExecStartPost={KIT}/bin/ctr --address {SOCKET} -n k8s.io images import "
-                        f"--snapshotter native {KIT}/images/{tar}" for tar in node_kit.IMAGES)
+                        f"--snapshotter native {tar}" for tar in tars)
     return f"""\
 [Unit]
 Description=containerd (gpucheck lab's node kit)
@@ -186,7 +202,6 @@ RestartSec=2
 
 
 def kubelet_unit(address: str) -> str:
-    binds = " ".join(f"{CONF}/sysctl/{key.replace('/', '.')}:/proc/sys/{key}" for key in SYSCTLS)
     return f"""\
 [Unit]
 Description=kubelet (gpucheck lab's node kit)
@@ -196,7 +211,6 @@ After={CONTAINERD}.service
 ExecStart={KIT}/bin/kubelet --config={CONF}/kubelet.yaml --kubeconfig={CONF}/kubeconfig \\
   --container-runtime=remote --container-runtime-endpoint=unix://{SOCKET} \\
   --pod-infra-container-image={node_kit.PAUSE_IMAGE} --node-ip={address} --node-labels={GPU_LABEL}=true
-BindReadOnlyPaths=/dev/null:/dev/kmsg {binds}
 Restart=always
 RestartSec=2
 [Install]

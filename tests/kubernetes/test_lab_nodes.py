@@ -1,7 +1,8 @@
 """The lab's GPU hosts as real Kubernetes nodes (`python3 -m lab up --kubernetes`): each host's own kubelet,
 containerd and runc (lab/kubernetes/node_kit.py) register it with the lab's control plane under the node's own
-identity, and pods run on it, a user pod preempting gpucheck's low-priority work. Two hosts from the bare base (the
-kubelet needs no provisioning), on this worker's own lab instance, beside the lab chain's."""
+identity, and pods run on it: gpucheck's `--full` Job, which a user pod preempts. Two hosts from the bare base (the
+kubelet needs no provisioning; the gpucheck image carries the agent), on this worker's own lab instance, beside the
+lab chain's."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+import kubekit
 from lab import config, hostinit
 from lab.errors import LabError
-from lab.kubernetes import lab_plane, node_host, node_kit
+from lab.kubernetes import lab_plane, node_host, node_kit, toolkit
 from labkit import REPO, lab_cli, read_inventory, require_root
 
 pytestmark = [pytest.mark.lab, pytest.mark.kubernetes]
@@ -122,21 +124,51 @@ def test_a_pod_runs_on_the_host_under_its_own_cgroups_and_its_log_comes_back(pla
     assert machine_sysctls() == before
 
 
-def test_a_user_pod_preempts_gpuchecks_low_priority_work(plane) -> None:
-    priority = yaml.safe_load((REPO / "deploy/kubernetes/20-priorityclass.yaml").read_text())
-    plane.kubectl("apply", "-f", "-", input=json.dumps(priority))
+def kept_reports(node: str) -> list[dict]:
+    """The node's kept reports (gpucheck's state dir, a hostPath the Job's pod writes)."""
+    cut = "--8<--"
+    done = lab_cli("ssh", node, "--", f"for f in /var/lib/gpucheck/reports/*.json; do [ -e $f ] && cat $f && "
+                                      f"echo {cut}; done; true")
+    return [json.loads(text) for text in done.stdout.split(cut) if text.strip()]
+
+
+def job_pods(plane) -> list[dict]:
+    return plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=job-name%3Dgpucheck-full-node01")[
+        "items"]
+
+
+def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_started_again(plane) -> None:
+    """deploy/kubernetes/jobs/full.yaml on node01, the lab's gpucheck image and simulated GPUs (lab/kubernetes/
+    toolkit.py) in place of a site's: `gpucheck node --full` runs at gpucheck's PriorityClass holding the node's two
+    GPUs; a user pod that needs them preempts it, and the run is kept on the node as preempted (never a failure:
+    the Node untouched), and the Job starts it again."""
+    for name in ("10-rbac.yaml", "20-priorityclass.yaml"):
+        plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes" / name))
+    lab_cli("ssh", "node01", "--", "mkdir -p /etc/gpucheck && echo 'profile: lab' > /etc/gpucheck/node.yaml")
     gpus = {"status": {"capacity": {"nvidia.com/gpu": "2"}}}  # what NVIDIA's device plugin would advertise
     plane.request("PATCH", "/api/v1/nodes/node01/status", gpus, "application/strategic-merge-patch+json")
     wait_for("node01's 2 GPUs allocatable", lambda: plane.request("GET", "/api/v1/nodes/node01")["status"]
              ["allocatable"].get("nvidia.com/gpu") == "2")
-    low = pod("burn", "node01", "trap 'exit 143' TERM; while :; do sleep 0.2; done", "gpucheck-active", gpus=2)
-    plane.request("POST", "/api/v1/namespaces/default/pods", low)
-    wait_for("the low-priority pod running", lambda: phase(plane, "burn") == "Running")
-    plane.request("POST", "/api/v1/namespaces/default/pods", pod("train", "node01", "echo got the gpus", gpus=2))
-    assert wait_for("the user pod Succeeded", lambda: phase(plane, "train") == "Succeeded", timeout=120)
-    events = plane.request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=burn")
-    assert any(e["reason"] == "Preempted" for e in events["items"]), [e["reason"] for e in events["items"]]
-    assert phase(plane, "burn") in ("gone", "Failed", "Succeeded")
+    job = yaml.safe_load((REPO / "deploy/kubernetes/jobs/full.yaml").read_text().replace("NODE", "node01"))
+    plane.kubectl("apply", "-f", "-", input=json.dumps(toolkit.for_lab(job, plane.server, gpu_count=2)))
+    try:
+        [first] = wait_for("gpucheck's --full running", lambda: [
+            p["metadata"]["name"] for p in job_pods(plane) if p["status"].get("phase") == "Running"])
+        plane.request("POST", "/api/v1/namespaces/default/pods", pod("train", "node01", "echo got the gpus", gpus=2))
+        assert wait_for("the user pod Succeeded", lambda: phase(plane, "train") == "Succeeded", timeout=120)
+        [kept] = wait_for("the preempted run kept on node01", lambda: [
+            r for r in kept_reports("node01") if r["facts"].get("scheduled", {}).get("job") == first])
+        assert kept["facts"]["scheduled"]["stopped"] == "preempted", kept["facts"]
+        [run] = kept["results"]
+        assert run["status"] == "error" and run["reason"].startswith(
+            "preempted: Kubernetes stopped this scheduled on-demand check (stopped by SIGTERM; pod "
+            f"{first}: Preempted by default/train on node node01); its Job starts it again"), run["reason"]
+        node = plane.request("GET", "/api/v1/nodes/node01")
+        assert kubekit.gpuchecks_taint(node) == [] and not kubekit.condition(node, "GPUCheckHealthy")
+        wait_for("the Job's run started again", lambda: [p for p in job_pods(plane) if p["metadata"]["name"] != first])
+    finally:  # its next run would burn the simulated GPUs for minutes
+        plane.request("DELETE", "/apis/batch/v1/namespaces/gpucheck/jobs/gpucheck-full-node01?propagationPolicy="
+                      "Background")
 
 
 def test_down_leaves_no_plane_no_pod_cgroups_and_the_machine_as_it_was(plane, before) -> None:

@@ -19,7 +19,8 @@ JOIN = node_host.Join("https://10.213.7.1:6443", "-----BEGIN CERTIFICATE-----\nx
 
 def node_spec(name: str = "node01", address: str = "10.213.7.11", node: bool = True) -> dict:
     h = HostState(name, address, f"gclab-{name}", f"gclabv-{name}", "lab")
-    parts = node_host.parts(name, address, config.cgroup_name(name), Path("/cache/kit"), JOIN) if node else None
+    parts = node_host.parts(name, address, config.cgroup_name(name), Path("/cache/kit"), JOIN,
+                            Path("/cache/gpucheck.tar")) if node else None
     return host.spec(h, [h], ["/base"], host.HostIdentity("k", "p", "ck", "cp"), "", "http://10.213.7.1:3128",
                      Path("/lib/fake.so"), parts)
 
@@ -36,6 +37,7 @@ def test_a_node_host_gets_net_admin_the_kit_and_its_units_and_a_plain_host_none_
         assert [a for a in hostinit.nspawn_argv() if a.startswith("--capability")] == caps
     monkeypatch.setattr(hostinit, "SPEC", spec)
     assert "--bind-ro=/cache/kit:/opt/gpucheck-lab/kubernetes" in hostinit.nspawn_argv()
+    assert "--bind-ro=/cache/gpucheck.tar:/opt/gpucheck-lab/images/gpucheck.tar" in hostinit.nspawn_argv()
     assert f"{node_host.UNITS}/multi-user.target.wants/{node_host.KUBELET}.service" in {
         link["path"] for link in spec["links"]}
     assert spec["pod_cgroup"] == f"{config.cgroup_name('node01')}-pods" and plain["pod_cgroup"] == ""
@@ -50,13 +52,14 @@ def test_the_kubelet_is_the_node_itself_and_kept_off_the_machines_kernel_setting
     kubelet = json.loads(written[f"{node_host.CONF}/kubelet.yaml"])
     root = f"{config.cgroup_name('node01')}-pods"  # gclab-node01-pods in lab instance 0
     assert kubelet["cgroupRoot"] == f"/{root}" and kubelet["address"] == "10.213.7.11"
-    unit = written[f"{node_host.UNITS}/{node_host.KUBELET}.service"]
-    binds = next(line for line in unit.splitlines() if line.startswith("BindReadOnlyPaths=")).split("=", 1)[1].split()
-    assert "/dev/null:/dev/kmsg" in binds
+    prepare = written[f"{node_host.CONF}/prepare.sh"]
+    binds = [line.split()[1:] for line in prepare.splitlines() if line.startswith("bind ")]
+    assert ["/dev/null", "/dev/kmsg"] in binds
     for key, value in node_host.SYSCTLS.items():  # each setting the kubelet wants, read from a file of the host
         source = f"{node_host.CONF}/sysctl/{key.replace('/', '.')}"
-        assert f"{source}:/proc/sys/{key}" in binds and written[source] == value + "\n"
-    prepare = written[f"{node_host.CONF}/prepare.sh"]
+        assert [source, f"/proc/sys/{key}"] in binds and written[source] == value + "\n"
+    # no mount namespace of its own: the volumes it mounts for a pod must be where containerd and runc look
+    assert "Paths=" not in written[f"{node_host.UNITS}/{node_host.KUBELET}.service"]
     assert f'mkdir -p "${{dir}}{root}"' in prepare
     other = json.loads(files(node_spec("node02", "10.213.7.12"))["/etc/cni/net.d/10-gpucheck-lab.conflist"])
     assert other["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.12.0/24"}]]
@@ -86,6 +89,7 @@ def test_the_ending_host_removes_its_pods_cgroups_from_the_v1_controllers_it_boo
 def test_an_image_archive_is_what_ctr_imports_and_the_same_files_give_the_same_layer(tmp_path: Path) -> None:
     tool = tmp_path / "tool"
     tool.write_bytes(b"\x7fELF pretend")
+    tool.chmod(0o755)
     digest = image_archive.pack(tmp_path / "a.tar", "lab.local/tool:1", {"/bin/tool": tool}, {"/bin/sh": "tool"},
                                 cmd=["/bin/sh"])
     assert image_archive.pack(tmp_path / "b.tar", "lab.local/tool:1", {"/bin/tool": tool}, {"/bin/sh": "tool"},

@@ -31,10 +31,11 @@ def one_line_error(done) -> str:
     (["parse", "nccl-tests", "/nonexistent.log"], "cannot read /nonexistent.log"),
     (["parse", "no-such-kind", "-"], "invalid choice"),
     (["node", "--config", "/nonexistent/node.yaml"], "does not exist"),
-    (["node", "--kubernetes", "--slurm"], "--kubernetes and --slurm (or --scheduled) each tell a scheduler"),
+    (["node", "--kubernetes", "--slurm"], "--kubernetes and --slurm each tell a scheduler"),
     (["node", "--kubeconfig", "/etc/kubernetes/admin.conf"], "--kubernetes-node and --kubeconfig need --kubernetes"),
-    (["watch", "--kubernetes", "--slurm"], "--kubernetes and --slurm (or --scheduled) each tell a scheduler"),
+    (["watch", "--kubernetes", "--slurm"], "--kubernetes and --slurm each tell a scheduler"),
     (["watch", "--kubernetes-node", "gpu-7"], "--kubernetes-node and --kubeconfig need --kubernetes"),
+    (["node", "--kubernetes", "--scheduled", "weekly"], "or with --kubernetes in a Job's pod"),
 ])
 def test_bad_input_is_one_line_and_exit_3(args, words):
     assert words in one_line_error(run_gpucheck(args))

@@ -64,7 +64,7 @@ def connect(kubeconfig: str | None = None) -> Any:
 
 
 def read_node(api: Any, name: str) -> dict[str, Any]:
-    return _call(f"read Node {name}", api.read_node, name)
+    return call(f"read Node {name}", api.read_node, name)
 
 
 def tell(path: str, exit_code: int, findings: list[str], node: str | None = None, kubeconfig: str | None = None,
@@ -101,7 +101,7 @@ def _decided(api: Any, name: str, decide: Any, held_by: BreakerSettings | None =
 
 
 def _held(api: Any, settings: BreakerSettings, name: str) -> str | None:
-    nodes = _call("list Nodes", api.list_node).get("items") or []
+    nodes = call("list Nodes", api.list_node).get("items") or []
     stamps = {node["metadata"]["name"]: node_rule.tainted_at(node) for node in nodes}
     return breaker.held(settings, stamps, name, dt.datetime.now(dt.timezone.utc))
 
@@ -113,14 +113,14 @@ def write(api: Any, change: node_rule.Change, current: dict[str, Any]) -> None:
                                              "labels": change.labels, "annotations": change.annotations}}
         if change.taints is not None:
             body["spec"] = {"taints": change.taints}
-        _call(f"patch Node {name}", api.patch_node, name, body, _content_type="application/merge-patch+json")
+        call(f"patch Node {name}", api.patch_node, name, body, _content_type="application/merge-patch+json")
     if change.condition is not None:
         condition = node_rule.condition_with_times(change, current, dt.datetime.now(dt.timezone.utc))
-        _call(f"patch Node {name}'s status", api.patch_node_status, name, {"status": {"conditions": [condition]}},
+        call(f"patch Node {name}'s status", api.patch_node_status, name, {"status": {"conditions": [condition]}},
               _content_type="application/strategic-merge-patch+json")
 
 
-def _call(what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+def call(what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 

@@ -1,0 +1,49 @@
+"""The lab's stand-in for NVIDIA's container toolkit, and its image in place of a site's: a gpucheck pod on a lab
+node gets the lab's gpucheck image (agent_image.py) and the host's simulated GPUs, mounted from the host as the
+toolkit mounts a real driver's libraries into a container: the fake NVML library where the driver's would be, the
+host's scenario and reset layer, the fake CuPy and the environment that names it (lab/compute.py), the simulated
+PCI bus (GPUCHECK_SYSFS_ROOT). deploy/kubernetes's manifests are applied through `for_lab`, never edited."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+from urllib.parse import urlsplit
+
+from lab import compute, config, gpus
+from lab.kubernetes import agent_image
+
+SITE_IMAGE = "gpucheck:latest"  # what deploy/kubernetes names
+MOUNTS = {"fake-nvml": (config.LAB_NVML_PATH, config.NVML_PATH, "File"),
+          "fake-nvml-scenario": (config.FAKENVML_DIR, config.FAKENVML_DIR, "Directory"),
+          "fake-nvml-reset": (gpus.RESET_DIR, gpus.RESET_DIR, "Directory"),
+          "fake-cupy": (compute.HOST_DIR, compute.HOST_DIR, "Directory")}
+
+
+def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None) -> dict[str, Any]:
+    """A copy of a Job, DaemonSet or Pod manifest whose gpucheck containers run in the lab (and request
+    `gpu_count` GPUs where they request any). The lab has no kube-proxy to carry the `kubernetes` Service's address:
+    the pod uses its host's network and reaches the apiserver at `server` (its URL), as a cluster without
+    kube-proxy tells its node agents."""
+    made = copy.deepcopy(manifest)
+    spec = made["spec"]["template"]["spec"] if "template" in made.get("spec", {}) else made["spec"]
+    spec["hostNetwork"] = True
+    address = urlsplit(server)
+    env = [{"name": name, "value": value}
+           for name, value in {**compute.environment(), config.SYSFS_ENV: config.FAKE_SYSFS_DIR,
+                               "KUBERNETES_SERVICE_HOST": address.hostname or "",
+                               "KUBERNETES_SERVICE_PORT": str(address.port)}.items()]
+    for container in spec["containers"]:
+        if container.get("image") != SITE_IMAGE:
+            continue
+        container["image"], container["imagePullPolicy"] = agent_image.IMAGE, "Never"
+        container["env"] = [*container.get("env", []), *env]
+        container["volumeMounts"] = [*container.get("volumeMounts", []), *(
+            {"name": name, "mountPath": inside, "readOnly": name != "fake-nvml-reset"}
+            for name, (_, inside, _) in MOUNTS.items())]
+        limits = container.get("resources", {}).get("limits", {})
+        if gpu_count is not None and "nvidia.com/gpu" in limits:
+            limits["nvidia.com/gpu"] = gpu_count
+    spec["volumes"] = [*spec.get("volumes", []), *(
+        {"name": name, "hostPath": {"path": host, "type": kind}} for name, (host, _, kind) in MOUNTS.items())]
+    return made
