@@ -25,7 +25,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "report": FOUNDATION | {"report"},
     "workloads": FOUNDATION | {"workloads"},
     "gpuwork": {"gpuwork"},  # runs in a child process per GPU: the standard library, CuPy, NumPy, pynvml only
-    "cluster": FOUNDATION | {"cluster", "cli_types", "history", "parsers", "report", "workloads"},
+    "cluster": FOUNDATION | {"cluster", "cli_types", "history", "kubernetes", "parsers", "report", "workloads"},
     "cli": FOUNDATION | {"cli_types", "node", "parsers", "report", "stopped_run", "tell"},
     "tell": FOUNDATION | {"kubernetes"},
     "kubernetes": FOUNDATION | {"kubernetes"},

@@ -26,7 +26,9 @@ from lab.run import run
 IMAGE = "lab.local/gpucheck:lab"
 PREFIX = "kubernetes-gpucheck-image-"
 PYTHON_PACKAGES = ("python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib")
-TOOLS = ("/usr/bin/dash", "/usr/bin/sleep", "/usr/bin/env")  # the manifests' `sh -c` loops
+# the manifests' `sh -c` loops; dmesg, which gpu.xid reads the kernel log with (a privileged container reads the
+# host's: the ring buffer is the kernel's)
+TOOLS = ("/usr/bin/dash", "/usr/bin/sleep", "/usr/bin/env", "/usr/bin/dmesg")
 ROOTS = (("gpucheck", ("kubernetes",)), ("numpy", ()))  # numpy: the lab's fake CuPy (lab/compute.py)
 SITE = "/usr/local/lib/python3.11/dist-packages"  # on Debian's python3.11's path
 AGENT = Path(__file__).resolve().parents[2] / "agent" / "gpucheck"

@@ -18,7 +18,8 @@ import kubekit
 from lab import config, hostinit
 from lab.errors import LabError
 from lab.kubernetes import lab_plane, node_host, node_kit, toolkit
-from labkit import REPO, lab_cli, read_inventory, require_root
+from labkit import INVENTORY, REPO, lab_cli, read_inventory, require_root
+from support import run_gpucheck
 
 pytestmark = [pytest.mark.lab, pytest.mark.kubernetes]
 NODES = ("node01", "node02")
@@ -169,6 +170,30 @@ def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_s
     finally:  # its next run would burn the simulated GPUs for minutes
         plane.request("DELETE", "/apis/batch/v1/namespaces/gpucheck/jobs/gpucheck-full-node01?propagationPolicy="
                       "Background")
+
+
+def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path) -> None:
+    """`gpucheck cluster --launcher kubernetes`: each host's checks as a pod on its Node, made from
+    deploy/kubernetes/jobs/check.yaml through the lab's toolkit; node02's GPU with uncorrectable ECC errors is the
+    one failed node, and the stages that start work across the nodes are left out, said so."""
+    plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
+    lab_cli("fault", "node02", "scenario", "ecc-uncorrected")
+    template = tmp_path / "check-pod.json"
+    base = yaml.safe_load((REPO / "deploy/kubernetes/jobs/check.yaml").read_text())
+    template.write_text(json.dumps(toolkit.for_lab(base, plane.server)))
+    done = run_gpucheck(["cluster", "-i", str(INVENTORY), "--launcher", "kubernetes", "--kubeconfig",
+                         str(plane.kubeconfig), "--pod-template", str(template), "--profile", "lab-kubernetes",
+                         "--report", str(tmp_path / "report"), "--no-history"], timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "leaves out stage network, mpi, allreduce, smoke, training, burn" in done.stdout
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    nodes = {name: node for name, node in report["nodes"].items()}
+    assert (nodes["node01"]["status"], nodes["node02"]["status"]) == ("pass", "fail"), nodes
+    assert nodes["node02"]["via"] == "kubernetes" and "gpu.ecc_errors" in nodes["node02"]["reason"]
+    assert (tmp_path / "report" / "drain.txt").read_text().split()[0] == "node02"
+    left = plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=app.kubernetes.io%2Fcomponent%3D"
+                                "cluster-check")["items"]
+    assert [p for p in left if not p["metadata"].get("deletionTimestamp")] == []  # each pod deleted once read
 
 
 def test_down_leaves_no_plane_no_pod_cgroups_and_the_machine_as_it_was(plane, before) -> None:

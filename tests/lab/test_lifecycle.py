@@ -57,7 +57,9 @@ def test_down_leaves_nothing_even_after_a_host_was_killed(no_lab) -> None:
     assert out.stdout.startswith("lab is down: removed 3 hosts")
     assert time.monotonic() - begin < 30
     assert leftovers() == []
-    assert netns_dir_mounted() == mounted_before
+    # the /run/netns mount `ip netns add` made is gone once nobody uses it: another lab instance running beside
+    # this one (the Kubernetes tests' own) may still hold it, or may have made it
+    assert not netns_dir_mounted() or mounted_before or os.listdir("/run/netns")
     assert not (config.DATA_DIR / "hosts").exists()
     assert lab("down").stdout.strip() == "no lab is up; nothing to remove"
 

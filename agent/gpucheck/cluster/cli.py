@@ -109,7 +109,13 @@ def add_parser(subparsers: Any) -> None:
                      help="ssh (default): the node checks over SSH, jobs with mpirun/torchrun from the first node; "
                           "slurm: the node checks with one srun on every node Slurm can run a job on now (the "
                           "others over SSH, said why), the MPI, all-reduce, smoke and training jobs with srun "
-                          "--mpi=pmix from this machine, a Slurm client (docs/slurm.md)")
+                          "--mpi=pmix from this machine, a Slurm client (docs/slurm.md); kubernetes: the node checks "
+                          "as a pod on each host's Node, made from --pod-template, through the API (--kubeconfig); "
+                          "the stages that start work across the nodes are left out (docs/kubernetes.md)")
+    ssh.add_argument("--pod-template", metavar="FILE", help="--launcher kubernetes: the Pod a node's checks run in, "
+                     "with your gpucheck image and NVIDIA runtime (deploy/kubernetes/jobs/check.yaml)")
+    ssh.add_argument("--kubeconfig", metavar="FILE", help="--launcher kubernetes: the API's credentials (default: "
+                     "in a pod its service account, else $KUBECONFIG, else ~/.kube/config)")
     _with_default(ssh, "--forks", whole_number, "N", "hosts checked at once (default: %(default)s)")
     _with_default(ssh, "--host-timeout", seconds, "SECONDS",
                   "a host with no report after this is timed out (default: %(default)g)")
@@ -231,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
                       stages_asked=asked, train_width=args.train_width,
                       train_image_size=args.train_image_size, train_batch_size=args.train_batch_size,
                       train_iterations=args.train_iterations, drain=args.drain, launcher=args.launcher,
+                      kubeconfig=args.kubeconfig, pod_template=args.pod_template,
                       history=args.history, no_history=args.no_history,
                       burn_seconds=args.burn_minutes if args.burn_minutes is not None else DEFAULTS.burn_seconds,
                       burn_fabric_fraction=args.burn_fabric_fraction)
@@ -239,8 +246,21 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return fail(str(exc))
     launcher = launchers.named(options.launcher)
+    if (args.kubeconfig or args.pod_template) and options.launcher != "kubernetes":
+        return fail("--kubeconfig and --pod-template are --launcher kubernetes's")
+    if options.drain and options.launcher == "kubernetes":
+        return fail("--drain tells Slurm; on Kubernetes each node's own gpucheck node --kubernetes (the DaemonSet) "
+                    "taints it: leave out --drain (docs/kubernetes.md)")
+    if left_out := [name for name in selected if name in stages.ACROSS_NODES and not launcher.across_nodes]:
+        if refused := [name for name in left_out if name in asked]:
+            return fail(f"--launcher {options.launcher} does not run stage {', '.join(refused)} yet: run it with "
+                        "--launcher ssh or slurm, or leave it out")
+        options.stages = tuple(name for name in selected if name not in left_out)
+        selected = options.stages
+        print(f"gpucheck cluster: --launcher {options.launcher} leaves out stage {', '.join(left_out)} (not run "
+              f"{launcher.through} yet)")
     try:
-        scheduler_nodes = launcher.read_nodes()
+        scheduler_nodes = launcher.read_nodes(options)
     except launchers.LauncherError as exc:
         return fail(str(exc))
     try:
@@ -257,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"cannot create report directory {directory}: {exc.strerror}")
 
-    ctx = ClusterContext(options, inventory, slurm_states=scheduler_nodes)
+    ctx = ClusterContext(options, inventory, scheduler_nodes=scheduler_nodes)
     began = time.monotonic()
     started = started_at.isoformat(timespec="seconds")
     argv = ["gpucheck", *sys.argv[1:]]

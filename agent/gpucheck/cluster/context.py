@@ -38,7 +38,7 @@ class NodeOutcome:
     exit_code: int | None = None  # the remote command's exit status, when it ended
     report: dict[str, Any] | None = None
     evidence: str = ""
-    via: str = "ssh"  # how the agent was started there: ssh | srun (--launcher slurm)
+    via: str = "ssh"  # how the agent was started there: ssh | srun (--launcher slurm) | kubernetes (a pod)
     slurm_state: str = ""  # --launcher slurm: why Slurm could not run it there (then checked over SSH)
 
     @property
@@ -83,7 +83,9 @@ class Options:
     train_batch_size: int | None = None
     train_iterations: int = 5
     drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm/drain.py)
-    launcher: str = "ssh"  # ssh | slurm: how node checks and jobs start (slurm/fanout.py, slurm/jobs.py)
+    launcher: str = "ssh"  # ssh | slurm | kubernetes: how node checks and jobs start (launchers/)
+    kubeconfig: str | None = None  # --launcher kubernetes: the API's credentials (None: in a pod, or KUBECONFIG)
+    pod_template: str | None = None  # --launcher kubernetes: the site's Pod for a node's checks (cluster/pods.py)
     burn_seconds: float = 600.0  # stage burn (opt-in): how long every GPU and the fabric are loaded at once
     burn_fabric_fraction: float = 0.7  # stage burn: an all-reduce under load below F x its cold figure warns
     history: Path | None = None  # the history store (None: history.store.default_path())
@@ -114,8 +116,9 @@ class ClusterContext:
     # run or a reader of report.json meanwhile sees what it has measured so far
     checkpoint: Callable[[], Any] | None = None
     slurm: list[dict[str, str]] = field(default_factory=list)  # what --drain did in Slurm, node by node
-    # --launcher slurm: every node Slurm knows (slurm.NodeState by NodeName), read once at the start
-    slurm_states: dict[str, Any] | None = None
+    # what the launcher read of the nodes at the start (Launcher.read_nodes): --launcher slurm, every node Slurm
+    # knows (slurm.NodeState by NodeName); --launcher kubernetes, every Node (its JSON by name)
+    scheduler_nodes: dict[str, Any] | None = None
     slurm_job: str = ""  # --launcher slurm: the allocation a stage holds (the burn's); its jobs run as its steps
     timings: dict[str, float] = field(default_factory=dict)
 

@@ -30,10 +30,8 @@ LOCAL_GRACE_S = 2.0
 TAIL_CHARS = 2000  # evidence kept per node: a fan-out keeps one per host
 
 
-def build_command(options: Options) -> str:
-    """The remote command line; every value is quoted. Under `ssh.limited` (`sh -c`, so any login shell
-    runs it, and coreutils `timeout` where the node has it): closing the SSH channel does not end a
-    hung agent, its own timeout kills the agent's whole process group."""
+def agent_argv(options: Options) -> list[str]:
+    """`gpucheck node --format json` as the options ask, with the agent's command on the nodes."""
     try:
         agent = shlex.split(options.remote_command)
     except ValueError as exc:
@@ -48,7 +46,14 @@ def build_command(options: Options) -> str:
         argv += ["--timeout", f"{options.node_timeout:g}"]
     if options.full:
         argv.append("--full")
-    return ssh.limited(ssh.command(argv), options.host_timeout)
+    return argv
+
+
+def build_command(options: Options) -> str:
+    """The remote command line; every value is quoted. Under `ssh.limited` (`sh -c`, so any login shell
+    runs it, and coreutils `timeout` where the node has it): closing the SSH channel does not end a
+    hung agent, its own timeout kills the agent's whole process group."""
+    return ssh.limited(ssh.command(agent_argv(options)), options.host_timeout)
 
 
 def _summary(report: dict[str, Any]) -> str:

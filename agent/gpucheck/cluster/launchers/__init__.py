@@ -1,7 +1,8 @@
 """How `gpucheck cluster` starts its work on the nodes (--launcher): the node checks, the stages' jobs (an MPI
 program, PyTorch DDP, TensorFlow's tasks each with an environment of its own), the workload files they need, the
-burn's node burns and the nodes a long stage holds. One interface (base.Launcher), one class per way: ssh.py and
-slurm.py. The stages ask the run's launcher (`of(ctx)`), never which one it is."""
+burn's node burns and the nodes a long stage holds. One interface (base.Launcher), one class per way: ssh.py,
+slurm.py and kubernetes.py (the node checks only, yet). The stages ask the run's launcher (`of(ctx)`), never which
+one it is."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NAMES", "Burns", "Launcher", "LauncherError", "named", "of"]
 
-NAMES = ("ssh", "slurm")  # --launcher's choices, the default first
+NAMES = ("ssh", "slurm", "kubernetes")  # --launcher's choices, the default first
 
 
 def named(name: str) -> Launcher:
@@ -27,6 +28,10 @@ def named(name: str) -> Launcher:
         from .ssh import SSH
 
         return SSH
+    if name == "kubernetes":
+        from .kubernetes import KUBERNETES
+
+        return KUBERNETES
     raise ValueError(f"no launcher {name!r}: one of {', '.join(NAMES)}")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..context import ClusterContext, NodeOutcome
+    from ..context import ClusterContext, NodeOutcome, Options
     from ..layout import Layout
     from ..ssh.client import RemoteHosts
     from ..ssh.result import Remote
@@ -30,9 +30,12 @@ class Burns(Protocol):
 
 class Launcher(ABC):
     through = ""  # how its jobs start, as a reason says it: "through Slurm"
+    across_nodes = True  # it starts the stages' work across the nodes (stages.order.ACROSS_NODES); else they are
+    # left out of its runs
 
-    def read_nodes(self) -> dict[str, Any] | None:
-        """What it must know of the nodes before the run (Slurm: each node's state); LauncherError if it cannot."""
+    def read_nodes(self, options: Options) -> dict[str, Any] | None:
+        """What it must know of the nodes before the run (Slurm: each node's state; Kubernetes: its Nodes);
+        LauncherError if it cannot."""
         return None
 
     @abstractmethod

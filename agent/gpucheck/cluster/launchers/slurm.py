@@ -12,7 +12,7 @@ from typing import Any
 from ... import slurm
 from ...model import Status
 from .. import jobs
-from ..context import ClusterContext, NodeOutcome
+from ..context import ClusterContext, NodeOutcome, Options
 from ..layout import Layout
 from ..nodes import address
 from ..slurm import allocation, srun
@@ -26,14 +26,14 @@ from .base import Launcher, LauncherError
 class SlurmLauncher(Launcher):
     through = "through Slurm"
 
-    def read_nodes(self) -> dict[str, Any]:
+    def read_nodes(self, options: Options | None = None) -> dict[str, Any]:
         try:
             return slurm.all_nodes()
         except slurm.SlurmError as exc:
             raise LauncherError(f"--launcher slurm: {exc}") from exc
 
     def check_nodes(self, ctx: ClusterContext, done: Callable[[NodeOutcome], None]) -> None:
-        states = ctx.slurm_states if ctx.slurm_states is not None else self.read_nodes()
+        states = ctx.scheduler_nodes if ctx.scheduler_nodes is not None else self.read_nodes(ctx.options)
         slurm_fanout.fan_out(ctx.inventory.hosts, ctx.options, states, done)
 
     def summary(self, ctx: ClusterContext) -> str:

@@ -48,13 +48,13 @@ def tasks(ctx: ClusterContext, lay: Layout) -> list[str]:
 
 def gpus_per_node(ctx: ClusterContext, names: Sequence[str]) -> int:
     """The GPUs every one of these nodes has in Slurm (GRES), which a job on them asks for: all of each node's.
-    From the states the run read at its start (ctx.slurm_states), read here once when it has none."""
-    if ctx.slurm_states is None:
+    From the states the run read at its start (ctx.scheduler_nodes), read here once when it has none."""
+    if ctx.scheduler_nodes is None:
         try:
-            ctx.slurm_states = slurm.all_nodes()
+            ctx.scheduler_nodes = slurm.all_nodes()
         except slurm.SlurmError:
             return 0  # the job itself then says what Slurm said
-    states = ctx.slurm_states
+    states = ctx.scheduler_nodes
     return min((states[n].gpus if n in states else 0 for n in set(names)), default=0)
 
 

@@ -17,6 +17,13 @@ from ..context import ClusterContext, ClusterResult
 Stage = Callable[[ClusterContext], list[Result]]
 
 
+def across_nodes(stage: Stage) -> Stage:
+    """Marks a stage that starts work on the nodes through the launcher (jobs, copies, burns), beyond reading
+    their reports: a launcher that cannot start such work leaves it out (launchers/base.py)."""
+    stage.across_nodes = True  # type: ignore[attr-defined]
+    return stage
+
+
 def consistency(ctx: ClusterContext) -> list[Result]:
     """Do the nodes agree (versions, GPU models, the profile they chose), and have they the libraries their
     profiles require?"""
@@ -25,30 +32,35 @@ def consistency(ctx: ClusterContext) -> list[Result]:
     return list(consistency_stage(ctx))
 
 
+@across_nodes
 def network(ctx: ClusterContext) -> list[Result]:
     from .network import network_stage
 
     return network_stage(ctx)
 
 
+@across_nodes
 def mpi(ctx: ClusterContext) -> list[Result]:
     from .mpi import mpi_stage
 
     return mpi_stage(ctx)
 
 
+@across_nodes
 def allreduce(ctx: ClusterContext) -> list[Result]:
     from .allreduce import allreduce_stage
 
     return allreduce_stage(ctx)
 
 
+@across_nodes
 def smoke(ctx: ClusterContext) -> list[Result]:
     from .smoke import smoke_stage
 
     return smoke_stage(ctx)
 
 
+@across_nodes
 def training(ctx: ClusterContext) -> list[Result]:
     """ResNet-50 images/s per GPU at 1 GPU, on every node and across all (docs/training.md); opt-in on CPU ranks."""
     from .training import training_stage
@@ -56,6 +68,7 @@ def training(ctx: ClusterContext) -> list[Result]:
     return training_stage(ctx)
 
 
+@across_nodes
 def burn(ctx: ClusterContext) -> list[Result]:
     """Opt-in: every GPU under the sustained GEMM at once while an all-reduce loads the fabric (docs/burn.md)."""
     from .burn import burn_stage
@@ -100,6 +113,7 @@ STAGES: list[tuple[str, Stage]] = [
     ("history", history),
 ]
 STAGE_NAMES = tuple(name for name, _ in STAGES)
+ACROSS_NODES = frozenset(name for name, stage in STAGES if getattr(stage, "across_nodes", False))
 
 
 def run_stage(name: str, stage: Stage, ctx: ClusterContext) -> list[Result]:

@@ -1,0 +1,78 @@
+"""--launcher kubernetes: every node's checks as a pod bound to its Node, made from the site's pod template
+(cluster/pods.py), through the API with --kubeconfig's credentials (in a pod: its service account). The stages that
+start work across the nodes (network, MPI, all-reduce, smoke, training, burn) are not run through Kubernetes yet:
+a run leaves them out, saying so, and a run that names one is refused before anything starts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ...kubernetes import api
+from ...model import Status
+from .. import pods
+from ..context import ClusterContext, NodeOutcome, Options
+from ..layout import Layout
+from ..ssh.client import RemoteHosts
+from ..ssh.result import Remote
+from .base import Burns, Launcher, LauncherError
+
+NOT_YET = "not run through Kubernetes yet (docs/kubernetes.md)"
+
+
+class KubernetesLauncher(Launcher):
+    through = "through Kubernetes"
+    across_nodes = False
+
+    def read_nodes(self, options: Options) -> dict[str, Any]:
+        """Every Node the API lists, the pod template read: a missing credential or template is one line before
+        the run."""
+        try:
+            pods.template(options.pod_template)
+            listed = api.call("list Nodes", api.connect(options.kubeconfig).list_node).get("items") or []
+        except (pods.TemplateError, api.KubernetesError) as exc:
+            raise LauncherError(f"--launcher kubernetes: {exc}") from exc
+        return {node["metadata"]["name"]: node for node in listed}
+
+    def check_nodes(self, ctx: ClusterContext, done: Callable[[NodeOutcome], None]) -> None:
+        known = ctx.scheduler_nodes if ctx.scheduler_nodes is not None else self.read_nodes(ctx.options)
+        template, client = pods.template(ctx.options.pod_template), api.connect(ctx.options.kubeconfig)
+
+        def one(host: Any) -> NodeOutcome:
+            if host.name not in known:
+                return NodeOutcome(host.name, Status.ERROR, f"no Kubernetes Node named {host.name}", "kubernetes",
+                                   via="kubernetes")
+            return pods.check(client, template, host.name, ctx.options)
+
+        hosts = list(ctx.inventory.hosts)
+        with ThreadPoolExecutor(max_workers=max(1, min(ctx.options.forks, len(hosts))),
+                                thread_name_prefix="gpucheck-pod") as pool:
+            for outcome in pool.map(one, hosts):
+                done(outcome)
+
+    def mpi_from(self, first: str) -> str:
+        return self.through
+
+    def distribute(self, ctx: ClusterContext, run: RemoteHosts, nodes: Sequence[str], script: Path,
+                   timeout: float = 60.0) -> tuple[str, dict[str, Remote]]:
+        return "", {node: Remote(node, "copy", error=NOT_YET, kind="usage") for node in nodes}
+
+    def mpi_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str],
+                env: Mapping[str, str], timeout: float) -> Remote:
+        return Remote(lay.slots[0][0], "mpirun", error=NOT_YET, kind="usage")
+
+    def torch_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, python: str, path: str,
+                  args: Sequence[str], gpus: bool, port: int, timeout: float) -> Remote:
+        return Remote(lay.slots[0][0], "torchrun", error=NOT_YET, kind="usage")
+
+    def task_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str],
+                 envs: Sequence[Mapping[str, str]], timeout: float) -> Remote:
+        return Remote(lay.slots[0][0], "tasks", error=NOT_YET, kind="usage")
+
+    def burns(self, ctx: ClusterContext, run: RemoteHosts, nodes: list[str], cmd: str, limit: float) -> Burns:
+        raise LauncherError(f"the burn is {NOT_YET}")
+
+
+KUBERNETES = KubernetesLauncher()

@@ -1,0 +1,114 @@
+"""--launcher kubernetes's node checks: on each host's Node, a pod made from the site's pod template (its image, its
+NVIDIA runtime, its mounts: deploy/kubernetes/jobs/check.yaml), bound to the Node by name as a DaemonSet's pods are
+(so a cordon or gpucheck's own NoSchedule taint does not keep the check away), running `gpucheck node --format json`;
+its report read from the pod's log, its exit code from the container's state. Each pod is deleted once read. Core/v1
+Pod and its log only, stable from 1.20 to today's releases."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..kubernetes import api
+from ..model import Status
+from .context import NodeOutcome, Options
+from .fanout import TAIL_CHARS, agent_argv, interpret
+from .ssh.result import tail
+
+SCHEDULE_GRACE_S = 120.0  # beyond --host-timeout: the pod bound, its image there, its container started
+POLL_S = 0.5
+
+
+class TemplateError(Exception):
+    """The pod template cannot be used (one line)."""
+
+
+def template(path: str | None) -> dict[str, Any]:
+    if not path:
+        raise TemplateError("give --pod-template FILE: the Pod a node's checks run in, with your gpucheck image "
+                            "and runtime (deploy/kubernetes/jobs/check.yaml)")
+    try:
+        found = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TemplateError(f"--pod-template {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    containers = (found or {}).get("spec", {}).get("containers") if isinstance(found, dict) else None
+    if not isinstance(found, dict) or found.get("kind") != "Pod" or not containers:
+        raise TemplateError(f"--pod-template {path}: not a Pod with a container (kind: Pod, spec.containers)")
+    return found
+
+
+def pod_for(base: dict[str, Any], node: str, options: Options) -> dict[str, Any]:
+    pod = copy.deepcopy(base)
+    name = re.sub(r"[^a-z0-9-]", "-", node.lower())[:40].strip("-")
+    pod.setdefault("metadata", {})["name"] = f"gpucheck-check-{name}-{secrets.token_hex(3)}"
+    pod["metadata"].setdefault("namespace", "gpucheck")
+    spec = pod["spec"]
+    spec["nodeName"], spec["restartPolicy"] = node, "Never"
+    spec["activeDeadlineSeconds"] = int(options.host_timeout)  # the kubelet ends a hung agent
+    spec["containers"][0]["command"] = agent_argv(options)  # the same command as over SSH
+    spec["containers"][0].pop("args", None)
+    return pod
+
+
+def check(client: Any, base: dict[str, Any], node: str, options: Options) -> NodeOutcome:
+    """One node, start to end: never raises."""
+    began = time.monotonic()
+    pod = pod_for(base, node, options)
+    name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
+    try:
+        api.call(f"create Pod {namespace}/{name}", client.create_namespaced_pod, namespace, pod)
+    except api.KubernetesError as exc:
+        return NodeOutcome(node, Status.ERROR, str(exc), "kubernetes", time.monotonic() - began, via="kubernetes")
+    try:
+        return _outcome(client, node, name, namespace, options, began)
+    except api.KubernetesError as exc:
+        return NodeOutcome(node, Status.ERROR, str(exc), "kubernetes", time.monotonic() - began, via="kubernetes")
+    finally:
+        with contextlib.suppress(api.KubernetesError):  # one left behind ends by its activeDeadlineSeconds
+            api.call(f"delete Pod {namespace}/{name}", client.delete_namespaced_pod, name, namespace)
+
+
+def _outcome(client: Any, node: str, name: str, namespace: str, options: Options, began: float) -> NodeOutcome:
+    deadline = began + options.host_timeout + SCHEDULE_GRACE_S
+    while True:
+        found = api.call(f"read Pod {namespace}/{name}", client.read_namespaced_pod, name, namespace)
+        status = found.get("status", {})
+        ended = [s["state"]["terminated"] for s in status.get("containerStatuses") or []
+                 if s.get("state", {}).get("terminated")]
+        if status.get("phase") in ("Succeeded", "Failed") or ended:
+            break
+        if time.monotonic() > deadline:
+            said = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason') or ''}".strip()
+                             for c in status.get("conditions") or [])
+            return NodeOutcome(node, Status.FAIL, f"timed out: no report within {options.host_timeout:g} s "
+                               f"(pod {name} {status.get('phase', 'not placed')}: {said or 'no condition'})",
+                               "timeout", time.monotonic() - began, via="kubernetes")
+        time.sleep(POLL_S)
+    log = _log(client, name, namespace)
+    code = ended[0].get("exitCode") if ended else None
+    if code is None and status.get("reason") == "DeadlineExceeded":
+        return NodeOutcome(node, Status.FAIL, f"timed out: no report within {options.host_timeout:g} s (hung "
+                           "agent?)", "timeout", time.monotonic() - began, evidence=tail(log, TAIL_CHARS),
+                           via="kubernetes")
+    outcome = interpret(node, log, "", code, time.monotonic() - began, options.host_timeout)
+    outcome.via = "kubernetes"
+    return outcome
+
+
+def _log(client: Any, name: str, namespace: str) -> str:
+    """The container's output: stdout and stderr as the kubelet kept them, interleaved (the report ends it)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        answer = client.read_namespaced_pod_log(name, namespace, _preload_content=False,
+                                                _request_timeout=api.TIMEOUT_S)
+        return answer.data.decode(errors="replace")
+    except (ApiException, OSError) as exc:
+        return f"the pod's log could not be read: {exc}"
