@@ -66,10 +66,18 @@ def condition(found: dict[str, Any], kind: str) -> dict[str, str] | None:
 def service_account_kubeconfig(plane: control_plane.ControlPlane, namespace: str, account: str,
                                path: Path) -> Path:
     """A kubeconfig holding the token Kubernetes 1.20's token controller gave `account` (a Secret it makes as
-    the account appears: waited for), so a test acts with exactly that account's rights."""
+    the account appears: waited for, as the account itself may be), so a test acts with exactly that account's
+    rights."""
+    from lab.errors import LabError
+
     deadline = time.monotonic() + 60
     while True:
-        found = plane.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}")
+        try:  # the namespace's `default` account is made by a controller, after the namespace
+            found = plane.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}")
+        except LabError as exc:
+            if "HTTP 404" not in str(exc) or time.monotonic() > deadline:
+                raise
+            found = {}
         if found.get("secrets"):
             break
         if time.monotonic() > deadline:

@@ -66,7 +66,7 @@ def test_a_pod_deleted_without_it_was_cancelled_and_one_not_being_deleted_was_st
     assert outcome == "cancelled" and said.endswith("no preemption said"), said
 
 
-def test_the_namespaces_default_account_may_not_ask(kube, monkeypatch, tmp_path) -> None:
+def test_the_namespaces_default_account_may_not_ask(kube, account, monkeypatch, tmp_path) -> None:
     bound_pod(kube, "full-d")
     other = kubekit.service_account_kubeconfig(kube, NAMESPACE, "default", tmp_path / "default.kubeconfig")
     with pytest.raises(api.KubernetesError, match="cannot read Pod gpucheck/full-d: 403"):
