@@ -72,12 +72,17 @@ def find() -> Path | None:
 
 def build(progress: Progress = say) -> Path:
     versions = resolve()
-    out = cache_dir(cache_key(versions))
+    return cached(cache_dir(cache_key(versions)), "kubernetes binaries", lambda out: _build(versions, out, progress),
+                  progress)
+
+
+def cached(out: Path, what: str, make: Callable[[Path], Path], progress: Progress) -> Path:
+    """OUT if a complete build is there (its meta.json), else `make(out)`: one build at a time on this machine."""
     with one_build(progress):
         if (out / "meta.json").is_file():
-            progress(f"kubernetes binaries: cached in {out}")
+            progress(f"{what}: cached in {out}")
             return out
-        return _build(versions, out, progress)
+        return make(out)
 
 
 @contextlib.contextmanager

@@ -57,12 +57,8 @@ def find() -> Path | None:
 def ensure(progress: Progress = say) -> Path:
     """The cached kit for the versions apt resolves now, built first if there is none."""
     versions = resolve()
-    out = cache_dir(cache_key(versions))
-    with build.one_build(progress):
-        if (out / "meta.json").is_file():
-            progress(f"kubernetes node kit: cached in {out}")
-            return out
-        return _build(versions, out, progress)
+    return build.cached(cache_dir(cache_key(versions)), "kubernetes node kit",
+                        lambda out: _build(versions, out, progress), progress)
 
 
 def _build(versions: Mapping[str, str], out: Path, progress: Progress) -> Path:

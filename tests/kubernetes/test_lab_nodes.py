@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,12 @@ from lab import config, hostinit
 from lab.errors import LabError
 from lab.kubernetes import lab_plane, node_host, node_kit, toolkit
 from labkit import INVENTORY, REPO, lab_cli, read_inventory, require_root
-from support import run_gpucheck
+from support import run_gpucheck, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.kubernetes]
 NODES = ("node01", "node02")
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what the kubelet would set
+WAIT_S, EVERY_S = 90.0, 0.3  # each event waited for (an API call, or an SSH, per look)
 
 
 def machine_sysctls() -> dict[str, str]:
@@ -54,17 +54,6 @@ def plane(before):
         yield lab_plane.load()
     finally:
         lab_cli("down", check=False)
-
-
-def wait_for(what: str, check, timeout: float = 90):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.3)
 
 
 def pod(name: str, node: str, command: str, priority_class: str = "", gpus: int = 0) -> dict:
@@ -112,8 +101,8 @@ def test_a_node_acts_as_itself_and_the_node_authorizer_keeps_it_to_its_own_node(
 def test_a_pod_runs_on_the_host_under_its_own_cgroups_and_its_log_comes_back(plane, before) -> None:
     command = "echo hello from $(hostname); grep memory /proc/self/cgroup"
     plane.request("POST", "/api/v1/namespaces/default/pods", pod("hello", "node02", command))
-    assert wait_for("the pod ended", lambda: phase(plane, "hello") in ("Succeeded", "Failed") and
-                    phase(plane, "hello")) == "Succeeded"
+    assert wait_for(lambda: phase(plane, "hello") in ("Succeeded", "Failed") and phase(plane, "hello"), WAIT_S,
+                    "the pod ended", EVERY_S) == "Succeeded"
     # the apiserver reaches node02's kubelet over the bridge for the log
     said, memory = plane.kubectl("logs", "hello").strip().splitlines()
     assert said == "hello from hello"
@@ -148,17 +137,17 @@ def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_s
     lab_cli("ssh", "node01", "--", "mkdir -p /etc/gpucheck && echo 'profile: lab' > /etc/gpucheck/node.yaml")
     gpus = {"status": {"capacity": {"nvidia.com/gpu": "2"}}}  # what NVIDIA's device plugin would advertise
     plane.request("PATCH", "/api/v1/nodes/node01/status", gpus, "application/strategic-merge-patch+json")
-    wait_for("node01's 2 GPUs allocatable", lambda: plane.request("GET", "/api/v1/nodes/node01")["status"]
-             ["allocatable"].get("nvidia.com/gpu") == "2")
+    wait_for(lambda: plane.request("GET", "/api/v1/nodes/node01")["status"]["allocatable"].get("nvidia.com/gpu")
+             == "2", WAIT_S, "node01's 2 GPUs allocatable", EVERY_S)
     job = yaml.safe_load((REPO / "deploy/kubernetes/jobs/full.yaml").read_text().replace("NODE", "node01"))
     plane.kubectl("apply", "-f", "-", input=json.dumps(toolkit.for_lab(job, plane.server, gpu_count=2)))
     try:
-        [first] = wait_for("gpucheck's --full running", lambda: [
-            p["metadata"]["name"] for p in job_pods(plane) if p["status"].get("phase") == "Running"])
+        [first] = wait_for(lambda: [p["metadata"]["name"] for p in job_pods(plane) if p["status"].get("phase") ==
+                                    "Running"], WAIT_S, "gpucheck's --full running", EVERY_S)
         plane.request("POST", "/api/v1/namespaces/default/pods", pod("train", "node01", "echo got the gpus", gpus=2))
-        assert wait_for("the user pod Succeeded", lambda: phase(plane, "train") == "Succeeded", timeout=120)
-        [kept] = wait_for("the preempted run kept on node01", lambda: [
-            r for r in kept_reports("node01") if r["facts"].get("scheduled", {}).get("job") == first])
+        assert wait_for(lambda: phase(plane, "train") == "Succeeded", 120, "the user pod Succeeded", EVERY_S)
+        [kept] = wait_for(lambda: [r for r in kept_reports("node01") if r["facts"].get("scheduled", {}).get("job") ==
+                                   first], WAIT_S, "the preempted run kept on node01", EVERY_S)
         assert kept["facts"]["scheduled"]["stopped"] == "preempted", kept["facts"]
         [run] = kept["results"]
         assert run["status"] == "error" and run["reason"].startswith(
@@ -166,7 +155,8 @@ def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_s
             f"{first}: Preempted by default/train on node node01); its Job starts it again"), run["reason"]
         node = plane.request("GET", "/api/v1/nodes/node01")
         assert kubekit.gpuchecks_taint(node) == [] and not kubekit.condition(node, "GPUCheckHealthy")
-        wait_for("the Job's run started again", lambda: [p for p in job_pods(plane) if p["metadata"]["name"] != first])
+        wait_for(lambda: [p for p in job_pods(plane) if p["metadata"]["name"] != first], WAIT_S,
+                 "the Job's run started again", EVERY_S)
     finally:  # its next run would burn the simulated GPUs for minutes
         plane.request("DELETE", "/apis/batch/v1/namespaces/gpucheck/jobs/gpucheck-full-node01?propagationPolicy="
                       "Background")
