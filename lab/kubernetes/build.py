@@ -104,20 +104,20 @@ def _build(versions: Mapping[str, str], out: Path, progress: Progress) -> Path:
     wall, cpu = time.monotonic(), children_cpu()
     root, tree = scratch / "root", scratch / "gopath" / "src" / "k8s.io" / "kubernetes"
     step(progress, f"downloading {len(PACKAGES)} Debian packages (Go {versions[f'{GO}-go']}, "
-                    f"etcd {versions['etcd-server']}, kubectl)", lambda: fetch_debs(versions, scratch / "debs", root))
+                   f"etcd {versions['etcd-server']}, kubectl)", lambda: fetch_debs(versions, scratch / "debs", root))
     step(progress, f"downloading and unpacking source package {SOURCE_PACKAGE}={SOURCE_VERSION} (34 MB)",
-          lambda: fetch_source(scratch / "apt", tree))
+         lambda: fetch_source(scratch / "apt", tree))
     swap_reflect2(root, tree)
     env = go_env(root, scratch / "gopath")
     step(progress, "generating OpenAPI definitions (make gen_openapi)",
-          lambda: logged(["make", "gen_openapi"], tree, env, scratch / "gen_openapi.log", "make gen_openapi",
-                          progress))
+         lambda: logged(["make", "gen_openapi"], tree, env, scratch / "gen_openapi.log", "make gen_openapi",
+                        progress))
     bin_dir = scratch / "out" / "bin"
     bin_dir.mkdir(parents=True)
     step(progress, f"building {', '.join(COMMANDS)} with Go (about 500 CPU-s cold, 850 MB Go cache; warm: 1 min)",
-          lambda: logged(["go", "build", "-v", "-tags", "providerless", "-ldflags", ldflags(), "-o", f"{bin_dir}/",
-                           *(f"./cmd/{c}" for c in COMMANDS)], tree, env, scratch / "go-build.log", "go build",
-                          progress))
+         lambda: logged(["go", "build", "-v", "-tags", "providerless", "-ldflags", ldflags(), "-o", f"{bin_dir}/",
+                         *(f"./cmd/{c}" for c in COMMANDS)], tree, env, scratch / "go-build.log", "go build",
+                        progress))
     for name, rel in FROM_DEBS.items():
         shutil.copy2(root / rel, bin_dir / name)
     meta = {"recipe": RECIPE_VERSION, "source": f"{SOURCE_PACKAGE}={SOURCE_VERSION}", "packages": versions,

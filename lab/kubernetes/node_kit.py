@@ -49,11 +49,6 @@ def cache_dir(key: str) -> Path:
     return config.CACHE_DIR / f"kubernetes-node-{key}"
 
 
-def find() -> Path | None:
-    out = cache_dir(cache_key(resolve()))
-    return out if (out / "meta.json").is_file() else None
-
-
 def ensure(progress: Progress = say) -> Path:
     """The cached kit for the versions apt resolves now, built first if there is none."""
     versions = resolve()

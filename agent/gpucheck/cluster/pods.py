@@ -64,13 +64,10 @@ def check(client: Any, base: dict[str, Any], node: str, options: Options) -> Nod
     name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
     try:
         api.call(f"create Pod {namespace}/{name}", client.create_namespaced_pod, namespace, pod)
-    except api.KubernetesError as exc:
-        return NodeOutcome(node, Status.ERROR, str(exc), "kubernetes", time.monotonic() - began, via="kubernetes")
-    try:
         return _outcome(client, node, name, namespace, options, began)
     except api.KubernetesError as exc:
         return NodeOutcome(node, Status.ERROR, str(exc), "kubernetes", time.monotonic() - began, via="kubernetes")
-    finally:
+    finally:  # (a pod never made: a 404, passed over)
         with contextlib.suppress(api.KubernetesError):  # one left behind ends by its activeDeadlineSeconds
             api.call(f"delete Pod {namespace}/{name}", client.delete_namespaced_pod, name, namespace)
 
