@@ -33,7 +33,6 @@ def inventory(tmp_path: Path) -> Path:
      "--launcher kubernetes: no Kubernetes configuration from /nonexistent"),
     (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--stages", "consistency,mpi"],
      "--launcher kubernetes does not run stage mpi yet"),
-    (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--drain"], "--drain tells Slurm; on Kubernetes"),
 ])
 def test_what_it_cannot_do_is_one_line_and_exit_3_before_anything_runs(inventory, tmp_path, args, says) -> None:
     done = run_cluster(["-i", str(inventory), "--report", str(tmp_path / "report"), *args])

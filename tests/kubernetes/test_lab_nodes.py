@@ -163,9 +163,10 @@ def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_s
 
 
 def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path) -> None:
-    """`gpucheck cluster --launcher kubernetes`: each host's checks as a pod on its Node, made from
+    """`gpucheck cluster --launcher kubernetes --drain`: each host's checks as a pod on its Node, made from
     deploy/kubernetes/jobs/check.yaml through the lab's toolkit; node02's GPU with uncorrectable ECC errors is the
-    one failed node, and the stages that start work across the nodes are left out, said so."""
+    one failed node, tainted as the cluster path's, and the stages that start work across the nodes are left out,
+    said so."""
     plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
     lab_cli("fault", "node02", "scenario", "ecc-uncorrected")
     template = tmp_path / "check-pod.json"
@@ -173,7 +174,7 @@ def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path)
     template.write_text(json.dumps(toolkit.for_lab(base, plane.server)))
     done = run_gpucheck(["cluster", "-i", str(INVENTORY), "--launcher", "kubernetes", "--kubeconfig",
                          str(plane.kubeconfig), "--pod-template", str(template), "--profile", "lab-kubernetes",
-                         "--report", str(tmp_path / "report"), "--no-history"], timeout=300)
+                         "--report", str(tmp_path / "report"), "--no-history", "--drain"], timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "leaves out stage network, mpi, allreduce, smoke, training, burn" in done.stdout
     report = json.loads((tmp_path / "report" / "report.json").read_text())
@@ -181,6 +182,12 @@ def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path)
     assert (nodes["node01"]["status"], nodes["node02"]["status"]) == ("pass", "fail"), nodes
     assert nodes["node02"]["via"] == "kubernetes" and "gpu.ecc_errors" in nodes["node02"]["reason"]
     assert (tmp_path / "report" / "drain.txt").read_text().split()[0] == "node02"
+    assert "kubernetes: tainted node02 gpucheck/unhealthy:NoSchedule: gpu.ecc_errors" in done.stdout, done.stdout
+    assert {a["node"]: a["action"] for a in report["kubernetes"]} == {"node01": "keep", "node02": "drain"}
+    taints = {name: [t for t in plane.request("GET", f"/api/v1/nodes/{name}")["spec"].get("taints") or []
+                     if t["key"] == "gpucheck/unhealthy"] for name in ("node01", "node02")}
+    assert taints == {"node01": [], "node02": [{"key": "gpucheck/unhealthy", "value": "active",
+                                                "effect": "NoSchedule"}]}, taints
     left = plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=app.kubernetes.io%2Fcomponent%3D"
                                 "cluster-check")["items"]
     assert [p for p in left if not p["metadata"].get("deletionTimestamp")] == []  # each pod deleted once read

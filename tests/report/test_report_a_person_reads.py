@@ -210,6 +210,24 @@ def test_slurm_is_said_only_where_the_run_used_it() -> None:
     assert "<h2>Slurm</h2>" not in render_html(doc) and "## Slurm" not in render_markdown(doc)
 
 
+def test_what_kubernetes_did_is_said_under_its_own_name() -> None:
+    doc = lab_doc()
+    doc["options"] = {"launcher": "kubernetes", "drain": True}
+    del doc["slurm"]
+    doc["kubernetes"] = [
+        {"node": "node04", "action": "drain", "text": "tainted node04 gpucheck/unhealthy:NoSchedule: gpu.ecc_errors x"},
+        {"node": "node02", "action": "resume",
+         "text": "removed gpucheck/unhealthy from node02 (its cluster run passed)"},
+        {"node": "node05", "action": "error", "text": "cannot read Node node05: 404 nodes \"node05\" not found"}]
+    page, md = render_html(doc), render_markdown(doc)
+    shown = items(section(page, "Kubernetes"))
+    assert shown[0].startswith("Launcher: Kubernetes (--launcher kubernetes): node checks as pods")
+    assert "Tainted: node04 gpucheck/unhealthy:NoSchedule: gpu.ecc_errors x" in shown
+    assert "Taint removed: removed gpucheck/unhealthy from node02 (its cluster run passed)" in shown
+    assert 'Not updated (Kubernetes refused): node05: cannot read Node node05: 404 nodes "node05" not found' in shown
+    assert "<h2>Slurm</h2>" not in page and "## Kubernetes" in md and "## Slurm" not in md
+
+
 # ---------------------------------------------------------------- 7. CPU ranks that share cores: no collapse
 
 def test_cpu_ranks_that_outnumber_their_cores_are_said_so_and_never_called_a_collapse() -> None:

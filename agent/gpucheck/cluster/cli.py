@@ -168,9 +168,11 @@ def add_parser(subparsers: Any) -> None:
                      help="warn when the smoke job's scaling efficiency is below F (default: report it beside the "
                           "published figures, not judged)")
     cmp.add_argument("--drain", action="store_true",
-                     help="tell Slurm (scontrol on this machine): drain every node of the drain list with its "
-                          "`gpucheck:` reason, resume the nodes that passed if gpucheck drained them, leave a drain "
-                          "someone else made and the nodes that could not be checked as they are")
+                     help="tell the scheduler: drain every node of the drain list with its `gpucheck:` reason, "
+                          "resume the nodes that passed if gpucheck drained them, leave a drain someone else made "
+                          "and the nodes that could not be checked as they are. Slurm through scontrol on this "
+                          "machine; with --launcher kubernetes, the Nodes' gpucheck/unhealthy taint, condition and "
+                          "label, as gpucheck node --kubernetes writes them")
     cmp.add_argument("--report", type=Path, metavar="DIR",
                      help="report directory (default: $XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, "
                           "~/.local/state/gpucheck/reports/... without XDG_STATE_HOME; never the current directory, "
@@ -248,9 +250,6 @@ def run(args: argparse.Namespace) -> int:
     launcher = launchers.named(options.launcher)
     if (args.kubeconfig or args.pod_template) and options.launcher != "kubernetes":
         return fail("--kubeconfig and --pod-template are --launcher kubernetes's")
-    if options.drain and options.launcher == "kubernetes":
-        return fail("--drain tells Slurm; on Kubernetes each node's own gpucheck node --kubernetes (the DaemonSet) "
-                    "taints it: leave out --drain (docs/kubernetes.md)")
     if left_out := [name for name in selected if name in stages.ACROSS_NODES and not launcher.across_nodes]:
         if refused := [name for name in left_out if name in asked]:
             return fail(f"--launcher {options.launcher} does not run stage {', '.join(refused)} yet: run it with "
@@ -277,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"cannot create report directory {directory}: {exc.strerror}")
 
-    ctx = ClusterContext(options, inventory, scheduler_nodes=scheduler_nodes)
+    ctx = ClusterContext(options, inventory, scheduler_nodes=scheduler_nodes, drained_in=launcher.drains_in)
     began = time.monotonic()
     started = started_at.isoformat(timespec="seconds")
     argv = ["gpucheck", *sys.argv[1:]]
@@ -330,18 +329,16 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(for_terminal(report.render_summary(doc, directory), newlines=True))
     code = int(doc["exit_code"])
     if options.drain:
-        from .slurm.drain import apply_drain
-
-        ctx.slurm, error = apply_drain(ctx, doc)
-        for item in ctx.slurm:
-            print(for_terminal(f"slurm: {item['text']}" if item["action"] != "error"
-                               else f"slurm: {item['node']}: {item['text']}"))
+        ctx.drained, error = launcher.drain(ctx, doc)
+        for item in ctx.drained:
+            print(for_terminal(f"{launcher.drains_in}: {item['text']}" if item["action"] != "error"
+                               else f"{launcher.drains_in}: {item['node']}: {item['text']}"))
         try:
             doc = save(complete=True)
         except OSError as exc:
             return fail(f"cannot write the report in {directory}: {exc.strerror or exc}")
         if error:
-            print(f"gpucheck: slurm: {error}", file=sys.stderr)
+            print(f"gpucheck: {launcher.drains_in}: {error}", file=sys.stderr)
             code = code if code == EXIT_FAIL else EXIT_UNKNOWN  # a failure still outranks it
     remember(doc, directory, options)
     return code

@@ -82,7 +82,7 @@ class Options:
     train_image_size: int | None = None
     train_batch_size: int | None = None
     train_iterations: int = 5
-    drain: bool = False  # apply the verdicts to Slurm through scontrol (cluster/slurm/drain.py)
+    drain: bool = False  # apply the verdicts to the nodes' scheduler (Launcher.drain: Slurm's or Kubernetes')
     launcher: str = "ssh"  # ssh | slurm | kubernetes: how node checks and jobs start (launchers/)
     kubeconfig: str | None = None  # --launcher kubernetes: the API's credentials (None: in a pod, or KUBECONFIG)
     pod_template: str | None = None  # --launcher kubernetes: the site's Pod for a node's checks (cluster/pods.py)
@@ -115,7 +115,8 @@ class ClusterContext:
     # rewrites the report files (the command line sets it): a long stage calls it as it goes, so an interrupted
     # run or a reader of report.json meanwhile sees what it has measured so far
     checkpoint: Callable[[], Any] | None = None
-    slurm: list[dict[str, str]] = field(default_factory=list)  # what --drain did in Slurm, node by node
+    drained: list[dict[str, str]] = field(default_factory=list)  # what --drain did, node by node
+    drained_in: str = "slurm"  # where (Launcher.drains_in): the report's key for `drained`
     # what the launcher read of the nodes at the start (Launcher.read_nodes): --launcher slurm, every node Slurm
     # knows (slurm.NodeState by NodeName); --launcher kubernetes, every Node (its JSON by name)
     scheduler_nodes: dict[str, Any] | None = None

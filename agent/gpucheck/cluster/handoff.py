@@ -7,7 +7,7 @@ import datetime as dt
 from typing import Any
 
 from .. import __version__
-from ..drain_rule import drain_reason
+from ..drain_rule import REASON_PREFIX, drain_reason
 from ..model import EXIT_UNKNOWN, Result, Status, exit_code, worst
 from ..report.cluster.writer import node_file
 from .context import ClusterContext, ClusterResult, NodeOutcome
@@ -41,6 +41,28 @@ def drain(ctx: ClusterContext) -> list[tuple[str, str]]:
     order = [h.name for h in ctx.inventory.hosts]
     return [(node, drain_reason(reasons[node]))
             for node in sorted(reasons, key=lambda n: order.index(n) if n in order else len(order))]
+
+
+def verdicts(doc: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    """node -> (fail | warn | pass | error, its findings) from the written report, for --drain: a node on the drain
+    list fails with its reason's findings, whatever its own checks said."""
+    listed = {d["node"]: d["reason"] for d in doc.get("drain") or () if isinstance(d, dict) and "node" in d}
+    out: dict[str, tuple[str, list[str]]] = {}
+    for node, entry in (doc.get("nodes") or {}).items():
+        status = entry.get("status") if isinstance(entry, dict) else None
+        if node in listed:
+            out[node] = ("fail", [str(listed[node]).removeprefix(REASON_PREFIX).strip()])
+        elif status in (Status.PASS.value, Status.WARN.value):
+            out[node] = (status, [])
+        else:
+            out[node] = ("error", [])
+    return out
+
+
+def not_updated(done: list[dict[str, str]]) -> str | None:
+    """--drain's error line for the nodes the scheduler refused (the first three said), or None."""
+    errors = [d for d in done if d["action"] == "error"]
+    return (f"{len(errors)} node(s) not updated: " + "; ".join(d["text"] for d in errors[:3])) if errors else None
 
 
 def would_drain(ctx: ClusterContext) -> list[tuple[str, str]]:
@@ -145,7 +167,7 @@ def document(ctx: ClusterContext, started: str, duration_s: float, argv: list[st
         "scaling": ctx.scaling,
         "training": ctx.training,
         "history": ctx.history,
-        "slurm": ctx.slurm,
+        ctx.drained_in: ctx.drained,
         "drain": [{"node": n, "reason": r} for n, r in drained],
         "would_drain": [{"node": n, "reason": r} for n, r in would_drain(ctx)],
         "timings": ctx.timings,

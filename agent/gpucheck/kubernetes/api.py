@@ -36,6 +36,11 @@ class Conflict(KubernetesError):
     """The Node changed since it was read."""
 
 
+class Everywhere(KubernetesError):
+    """A refusal that every Node would meet: the API server does not answer, or refuses the credentials or the
+    rights."""
+
+
 def this_node(name: str | None = None) -> str:
     """The Node's name: given, or the pod's spec.nodeName (NODE_NAME, deploy/kubernetes), or the host's name as the
     kubelet registers it by default."""
@@ -71,7 +76,13 @@ def tell(path: str, exit_code: int, findings: list[str], node: str | None = None
          active_passed: bool = False, held_by: BreakerSettings | None = None) -> node_rule.Change:
     """What `path`'s run did to this node's Node (or `node`'s): decided by node_rule, an automatic path's taint put
     to the breaker (`held_by`, node.yaml's), written. Raises KubernetesError."""
-    api, name = connect(kubeconfig), this_node(node)
+    return tell_node(connect(kubeconfig), this_node(node), path, exit_code, findings, active_passed, held_by)
+
+
+def tell_node(api: Any, name: str, path: str, exit_code: int, findings: list[str], active_passed: bool = False,
+              held_by: BreakerSettings | None = None) -> node_rule.Change:
+    """tell() through a client already connected, for Node `name` (gpucheck cluster --drain: one client, every
+    node)."""
     held_by = held_by if path in breaker.AUTOMATIC_PATHS else None  # `cluster --drain` has a person reading it
     change = _decided(api, name, lambda current: node_rule.decide(current, path, exit_code, findings, active_passed),
                       held_by)
@@ -130,9 +141,10 @@ def call(what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     except ApiException as exc:
         if exc.status == 409:
             raise Conflict(f"cannot {what}: it changed meanwhile") from None
-        raise KubernetesError(f"cannot {what}: {_refusal(exc)}") from None
+        raise (Everywhere if exc.status in (401, 403) else KubernetesError)(f"cannot {what}: {_refusal(exc)}") \
+            from None
     except (HTTPError, OSError, ValueError) as exc:
-        raise KubernetesError(f"cannot {what}: the API server did not answer ({_one_line(exc)})") from None
+        raise Everywhere(f"cannot {what}: the API server did not answer ({_one_line(exc)})") from None
 
 
 def _refusal(exc: Any) -> str:

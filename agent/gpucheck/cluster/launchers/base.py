@@ -32,6 +32,7 @@ class Launcher(ABC):
     through = ""  # how its jobs start, as a reason says it: "through Slurm"
     across_nodes = True  # it starts the stages' work across the nodes (stages.order.ACROSS_NODES); else they are
     # left out of its runs
+    drains_in = "slurm"  # the scheduler --drain tells: report.json's key for what it did, its lines' prefix
 
     def read_nodes(self, options: Options) -> dict[str, Any] | None:
         """What it must know of the nodes before the run (Slurm: each node's state; Kubernetes: its Nodes);
@@ -80,6 +81,14 @@ class Launcher(ABC):
         """Hold the nodes whole for the block (Slurm: one allocation, the block's jobs its steps). Yields why it
         could not ("" when held, or nothing to hold)."""
         yield ""
+
+    def drain(self, ctx: ClusterContext, doc: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
+        """--drain: the written report's verdicts told to the scheduler, node by node ({"node", "action", "text"}:
+        drain, resume, keep, held or error), and the error that stopped it or None. Slurm through scontrol here,
+        whichever way the checks ran (cluster/slurm/drain.py)."""
+        from ..slurm.drain import apply_drain
+
+        return apply_drain(ctx, doc)
 
     @abstractmethod
     def burns(self, ctx: ClusterContext, run: RemoteHosts, nodes: list[str], cmd: str, limit: float) -> Burns:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ...kubernetes import api
-from ...model import Status
-from .. import pods
+from ...model import VERDICT_OF_EXIT, Status
+from .. import handoff, pods
 from ..context import ClusterContext, NodeOutcome, Options
 from ..layout import Layout
 from ..ssh.client import RemoteHosts
@@ -20,11 +20,13 @@ from ..ssh.result import Remote
 from .base import Burns, Launcher, LauncherError
 
 NOT_YET = "not run through Kubernetes yet (docs/kubernetes.md)"
+EXIT_OF_VERDICT = {verdict: code for code, verdict in VERDICT_OF_EXIT.items()}
 
 
 class KubernetesLauncher(Launcher):
     through = "through Kubernetes"
     across_nodes = False
+    drains_in = "kubernetes"
 
     def read_nodes(self, options: Options) -> dict[str, Any]:
         """Every Node the API lists, the pod template read: a missing credential or template is one line before
@@ -73,6 +75,25 @@ class KubernetesLauncher(Launcher):
 
     def burns(self, ctx: ClusterContext, run: RemoteHosts, nodes: list[str], cmd: str, limit: float) -> Burns:
         raise LauncherError(f"the burn is {NOT_YET}")
+
+    def drain(self, ctx: ClusterContext, doc: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
+        """Each node's verdict told to its Node as the `cluster` path's (node_rule: gpucheck's taint, condition and
+        label; an admin's cordon and taints untouched). A refusal every Node would meet stops it, said once."""
+        try:
+            client = api.connect(ctx.options.kubeconfig)
+        except api.KubernetesError as exc:
+            return [], str(exc)
+        done: list[dict[str, str]] = []
+        for node, (verdict, findings) in handoff.verdicts(doc).items():
+            try:
+                change = api.tell_node(client, node, "cluster", EXIT_OF_VERDICT[verdict], findings)
+            except api.KubernetesError as exc:
+                done.append({"node": node, "action": "error", "text": str(exc)})
+                if isinstance(exc, api.Everywhere):
+                    return done, str(exc)
+                continue
+            done.append({"node": node, "action": change.verb, "text": change.describe()})
+        return done, handoff.not_updated(done)
 
 
 KUBERNETES = KubernetesLauncher()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import drain_rule, slurm
-from ...model import Status
+from .. import handoff
 from ..context import ClusterContext
 from .jobs import slurm_name
 
@@ -17,24 +17,10 @@ from .jobs import slurm_name
 WHOLE_CLUSTER = ("scontrol not found", "slurmctld does not answer", "not allowed", "munge refused")
 
 
-def verdicts(ctx: ClusterContext, doc: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
-    """node -> (fail | pass | error, its findings) from the written report."""
-    drain = {d["node"]: d["reason"] for d in doc.get("drain") or () if isinstance(d, dict) and "node" in d}
-    out: dict[str, tuple[str, list[str]]] = {}
-    for node, entry in (doc.get("nodes") or {}).items():
-        status = entry.get("status") if isinstance(entry, dict) else None
-        if node in drain:
-            out[node] = ("fail", [str(drain[node]).removeprefix(drain_rule.REASON_PREFIX).strip()])
-        elif status in (Status.PASS.value, Status.WARN.value):
-            out[node] = ("pass", [])
-        else:
-            out[node] = ("error", [])
-    return out
-
-
 def apply_drain(ctx: ClusterContext, doc: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
     """([{"node", "slurm_node", "action", "text"}], the error that stopped it or None)."""
-    return apply_verdicts({node: (slurm_name(ctx, node), *judged) for node, judged in verdicts(ctx, doc).items()})
+    return apply_verdicts({node: (slurm_name(ctx, node), "pass" if verdict == "warn" else verdict, findings)
+                           for node, (verdict, findings) in handoff.verdicts(doc).items()})
 
 
 def apply_verdicts(judged: dict[str, tuple[str, str, list[str]]]) -> tuple[list[dict[str, str]], str | None]:
@@ -50,6 +36,4 @@ def apply_verdicts(judged: dict[str, tuple[str, str, list[str]]]) -> tuple[list[
                 return done, str(exc)
             continue
         done.append({"node": node, "slurm_node": name, "action": action.verb, "text": action.describe()})
-    errors = [d for d in done if d["action"] == "error"]
-    return done, (f"{len(errors)} node(s) not updated: " + "; ".join(d["text"] for d in errors[:3])
-                  if errors else None)
+    return done, handoff.not_updated(done)

@@ -19,7 +19,7 @@ from .html_charts import pair_heatmap_svg, scaling_chart_svg
 from .html_history import history_section
 from .html_parts import COLOURS, CSS, NEUTRAL, badge, esc, esc_wrapping, tint
 from .html_values import value_html
-from .scheduler import slurm_lines
+from .scheduler import scheduler_lines
 from .training import training_html
 from .wording import (
     CPU_NOTE,
@@ -92,13 +92,13 @@ def what_to_do(doc: dict[str, Any]) -> str:
     return f"<h2>What to do</h2><ul>{rows}</ul>"
 
 
-def slurm_section(doc: dict[str, Any]) -> str:
-    """What Slurm did: the launcher, nodes checked over SSH instead, nodes drained, resumed or left."""
-    lines = slurm_lines(doc)
+def scheduler_section(doc: dict[str, Any]) -> str:
+    """What the scheduler did: the launcher, nodes checked over SSH instead, nodes drained, resumed or left."""
+    name, lines = scheduler_lines(doc)
     if not lines:
         return ""
     items = "".join(f"<li><b>{esc(label)}</b>: {esc(text)}</li>" for label, text in lines)
-    return f"<h2>Slurm</h2><ul>{items}</ul>"
+    return f"<h2>{esc(name)}</h2><ul>{items}</ul>"
 
 
 def pair_section(doc: dict[str, Any]) -> str:
@@ -202,7 +202,7 @@ def render_html(doc: dict[str, Any]) -> str:
     if would := would_drain_line(doc):
         body.append(f"<p>{esc(would)}</p>")
     body.append(what_to_do(doc))
-    body.append(slurm_section(doc))
+    body.append(scheduler_section(doc))
     results = dicts(doc.get("cluster"))
     body.append("<h2>Cluster checks</h2>")
     not_pass = [r for r in results if status_of(r) != "pass"]

@@ -12,7 +12,7 @@ from ..gpu_figures import number_text
 from ..values import figure
 from .burnin import burnin_section, heading, reference_text, share
 from .drain import render_drain, would_drain_line
-from .scheduler import slurm_lines
+from .scheduler import scheduler_lines
 from .training import training_lines
 from .wording import (
     CPU_LABEL,
@@ -188,9 +188,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if would := would_drain_line(doc):
         lines += [would, ""]
     lines += what_to_do_lines(doc)
-    slurm = slurm_lines(doc)
-    if slurm:
-        lines += ["## Slurm", ""] + [f"- {_cell(label)}: {_cell(text)}" for label, text in slurm] + [""]
+    name, told = scheduler_lines(doc)
+    if told:
+        lines += [f"## {name}", ""] + [f"- {_cell(label)}: {_cell(text)}" for label, text in told] + [""]
     results = _items(doc, "cluster")
     not_pass = [r for r in results if status_of(r) != "pass"]
     lines += ["## Cluster checks", ""]

@@ -1,7 +1,8 @@
-"""What Slurm did in the run, from the report: the launcher (`options.launcher`; with slurm a node Slurm could not
-run is checked over SSH, its node entry says why in `slurm_state`) and, with --drain, each node's Slurm action
-(`slurm`: cluster/slurm/drain.py's drain, resume, keep or error, with its own sentence). Every rendering shows
-the same (label, text) lines; none where the run had nothing to do with Slurm."""
+"""What the scheduler did in the run, from the report: the launcher (`options.launcher`; with slurm a node Slurm
+could not run is checked over SSH, its node entry says why in `slurm_state`) and, with --drain, each node's action
+under the scheduler's key (`slurm`: cluster/slurm/drain.py's drain, resume, keep or error; `kubernetes`: the Node's
+taint, launchers/kubernetes.py), each with its own sentence. Every rendering shows the same (label, text) lines
+under the scheduler's name; none where the run had nothing to do with a scheduler."""
 
 from __future__ import annotations
 
@@ -13,10 +14,24 @@ from .wording import dicts, node_map
 LAUNCHERS = {
     "slurm": "Slurm (--launcher slurm): node checks through srun; MPI, all-reduce and training as Slurm jobs",
     "ssh": "SSH: node checks over SSH; MPI, all-reduce and training started over SSH, not through Slurm",
+    "kubernetes": "Kubernetes (--launcher kubernetes): node checks as pods bound to their Nodes; the stages across "
+                  "nodes not run",
 }
-# an action -> its line's label, in the order the lines come
-ACTIONS = {"drain": "Drained", "resume": "Resumed", "error": "Not updated (Slurm refused)", "keep": "Left as they were"}
+# report.json's key of what --drain did (cluster/launchers: drains_in) -> the scheduler's name, the section's title
+SCHEDULERS = {"slurm": "Slurm", "kubernetes": "Kubernetes"}
+# an action -> its line's label, in the order the lines come, per scheduler
+ACTIONS = {
+    "slurm": {"drain": "Drained", "resume": "Resumed", "error": "Not updated (Slurm refused)",
+              "keep": "Left as they were"},
+    "kubernetes": {"drain": "Tainted", "resume": "Taint removed", "held": "Not tainted (the breaker held it)",
+                   "error": "Not updated (Kubernetes refused)", "keep": "Left as they were"},
+}
 KEPT_SHOWN = 20  # nodes left as they were named one by one; beyond, counted
+
+
+def scheduler(doc: dict[str, Any]) -> str:
+    """The key of SCHEDULERS the run wrote (one of them; Slurm's in a report older than the key)."""
+    return next((key for key in SCHEDULERS if key in doc), "slurm")
 
 
 def launcher(doc: dict[str, Any]) -> str:
@@ -63,10 +78,10 @@ def done_text(action: dict[str, Any], label: str) -> str:
     return text.removeprefix(label.lower() + " ")
 
 
-def action_lines(actions: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def action_lines(actions: list[dict[str, Any]], labels: dict[str, str]) -> list[tuple[str, str]]:
     """One line per action taken on a node (its own sentence), the nodes left as they were in one line."""
     lines = []
-    for verb, label in ACTIONS.items():
+    for verb, label in labels.items():
         done = [a for a in actions if a.get("action") == verb]
         if not done:
             continue
@@ -74,28 +89,34 @@ def action_lines(actions: list[dict[str, Any]]) -> list[tuple[str, str]]:
             lines.append((f"{label} ({len(done)})", kept_text(done)))
         else:
             lines += [(label, done_text(a, label)) for a in done]
-    others = [a for a in actions if a.get("action") not in ACTIONS]
+    others = [a for a in actions if a.get("action") not in labels]
     lines += [(str(a.get("action")), str(a.get("text", a.get("node")))) for a in others]
     return lines
 
 
-def slurm_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, text) lines: the launcher, nodes checked over SSH instead of srun, what --drain did in Slurm."""
-    actions = dicts(doc.get("slurm"))
+def scheduler_lines(doc: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    """(the scheduler's name, (label, text) lines): the launcher, nodes checked over SSH instead of srun, what
+    --drain did there."""
+    key = scheduler(doc)
+    return SCHEDULERS[key], lines_of(doc, key)
+
+
+def lines_of(doc: dict[str, Any], key: str) -> list[tuple[str, str]]:
+    actions, name = dicts(doc.get(key)), SCHEDULERS[key]
     used = launcher(doc)
-    if used != "slurm" and not actions and not drain_asked(doc):
+    if used not in SCHEDULERS and not actions and not drain_asked(doc):
         return []
     lines = [("Launcher", LAUNCHERS.get(used, used or "not recorded"))]
     ssh = over_ssh(doc)
     if ssh:
         lines.append(("Checked over SSH, not through Slurm", "; ".join(ssh)))
     if actions:
-        lines += action_lines(actions)
+        lines += action_lines(actions, ACTIONS[key])
     elif drain_asked(doc):
-        lines.append(("Drain", "--drain was given, but no Slurm action is recorded (the report was written before "
+        lines.append(("Drain", f"--drain was given, but no {name} action is recorded (the report was written before "
                                "it ran, or it could not run)"))
     else:
         drain = dicts(doc.get("drain"))
-        lines.append(("Drain", "nothing drained or resumed in Slurm (--drain not given)"
+        lines.append(("Drain", f"nothing drained or resumed in {name} (--drain not given)"
                       + (f"; drain.txt lists {plural(len(drain), 'node')} to drain" if drain else "")))
     return lines
