@@ -1,5 +1,5 @@
 """playbooks/upgrade.yml before it touches a node (the rollout itself runs on the lab:
-tests/cluster_lab/test_a_rolling_upgrade.py): it parses with the production inventory, refuses check mode and a
+tests/cluster_lab/test_z_rolling_upgrade.py): it parses with the production inventory, refuses check mode and a
 Slurm cluster without a controller, each with one message, before the preflight role or any node's turn."""
 
 from __future__ import annotations

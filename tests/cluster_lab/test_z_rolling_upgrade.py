@@ -2,11 +2,12 @@
 drains each node in turn, waits for its jobs, the GPU roles move it from the R535 stack to R550 (driver, Fabric
 Manager, NCCL 2.18.5 -> 2.21.5) from the stand-in NVIDIA repository, the host reboots, `gpucheck node` proves it,
 Slurm gets it back. A job spans two nodes meanwhile and completes; a Fabric Manager that refuses to start on one
-node stops the rollout there; the way back runs two nodes at a time. A watcher polls sinfo throughout: never more
-nodes out than the batch.
+node stops the rollout there; the rerun that finishes it goes two nodes at a time; the way back waits for the
+reboot it may not make. A watcher polls sinfo throughout: never more nodes out than the batch.
 
-Runs first among this folder's lab modules (its name): it needs every node healthy on the golden image's stack, and
-leaves them so (back on R535, in service, node04's ECC fault restored)."""
+Runs last among this folder's lab modules (its name): it needs every node healthy on the golden image's stack, and
+leaves node01 back on R535 and the others on R550, in service, node04's ECC fault restored. Nothing after it uses
+this lab (tests/lab takes it down for its own), so no way back for all four nodes is paid for."""
 
 from __future__ import annotations
 
@@ -199,26 +200,26 @@ def test_the_rollout_waits_for_a_job_stops_at_the_first_failing_node_and_a_rerun
     ssh("node03", FM_REPAIRED)
     began = time.monotonic()
     with DrainWatcher(fleet) as watch:
-        again = upgrade(tmp_path, "-e", "gpu_stack=tf-horovod-r550")
-    lab4.timings["upgrade_rerun_2_nodes_s"] = round(time.monotonic() - began, 1)
+        again = upgrade(tmp_path, "-e", "gpu_stack=tf-horovod-r550", "-e", "upgrade_batch=2")
+    lab4.timings["upgrade_rerun_2_nodes_at_once_s"] = round(time.monotonic() - began, 1)
     flat = " ".join(again.stdout.split())
     assert again.returncode == 0, again.stdout[-6000:]
     for node in ("node01", "node02"):
         assert f"{node} finished its upgrade to tf-horovod-r550 before: skipped" in flat
-    # each node's turn: NVIDIA's repository configured once (not once per GPU role), the agent's stack part only
-    assert again.stdout.count("TASK [nvidia_repo : Add NVIDIA's CUDA repository]") == 2, again.stdout[-6000:]
+    # one batch of both nodes: NVIDIA's repository configured once (not once per GPU role), the agent's stack part only
+    assert again.stdout.count("TASK [nvidia_repo : Add NVIDIA's CUDA repository]") == 1, again.stdout[-6000:]
     assert "TASK [gpucheck_agent : Write the node configuration]" in again.stdout
     assert "TASK [gpucheck_agent : Install the agent from its local wheel only]" not in again.stdout
-    assert set(watch.out_at) == {"node03", FAULTY} and watch.most == 1, watch.out_at
+    assert set(watch.out_at) == {"node03", FAULTY} and watch.most == 2, (watch.most, watch.out_at)
     for node in NODES:
         on_stack(node, R550)
     assert not any("drain" in state for state, _ in node_states(fleet).values())
 
 
-def test_the_way_back_waits_for_its_reboot_then_goes_two_nodes_at_a_time(fleet, lab4, tmp_path):
+def test_the_way_back_waits_for_the_reboot_it_may_not_make(fleet, lab4, tmp_path):
     """Without gpu_reboot_ok the first node stops the rollout: R535 is installed on node01 but the loaded module is
     still 550's, so NVML refuses (version mismatch) and node01 stays drained, saying why. With it, the same command
-    reboots node01 (the module, not this run's changes, says it must) and goes on two nodes at a time."""
+    (limited to node01) reboots it: the module, not this run's changes, says it must."""
     began = time.monotonic()
     with DrainWatcher(fleet) as watch:
         held = upgrade(tmp_path, "-e", "gpu_stack=tf-horovod", reboot_ok=False)
@@ -237,17 +238,16 @@ def test_the_way_back_waits_for_its_reboot_then_goes_two_nodes_at_a_time(fleet, 
 
     began = time.monotonic()
     with DrainWatcher(fleet) as watch:
-        done = upgrade(tmp_path, "-e", "gpu_stack=tf-horovod", "-e", "upgrade_batch=2")
-    lab4.timings["downgrade_4_nodes_2_at_a_time_s"] = round(time.monotonic() - began, 1)
+        done = upgrade(tmp_path, "-e", "gpu_stack=tf-horovod", "--limit", "node01")
+    lab4.timings["downgrade_node01_rebooted_s"] = round(time.monotonic() - began, 1)
     assert done.returncode == 0, done.stdout[-6000:]
     rebooted = task_outcomes(done.stdout, "nvidia_driver : Reboot to load the NVIDIA driver")
-    assert rebooted.get("changed") == set(NODES), (rebooted, done.stdout[-6000:])
-    assert watch.most == 2 and set(watch.out_at) == set(NODES), (watch.most, watch.out_at)
-    order = sorted(watch.out_at, key=watch.out_at.get)
-    assert sorted(order[:2]) == ["node01", "node02"] and sorted(order[2:]) == ["node03", FAULTY], order
-    for node in NODES:
-        on_stack(node, R535)
-        assert pins_measured(report_of(tmp_path, "tf-horovod", node, "after")) == {
-            "driver": "535.261.03", "cuda": "12.4", "cudnn": "8.9.7", "nccl": "2.18.5"}
-    assert re.search(r"version +driver: 550\.163\.01 -> 535\.261\.03", done.stdout), done.stdout[-4000:]
+    assert rebooted.get("changed") == {"node01"}, (rebooted, done.stdout[-6000:])
+    assert set(watch.out_at) == {"node01"}, watch.out_at  # already drained by the held run: held, then resumed
+    on_stack("node01", R535)
+    assert pins_measured(report_of(tmp_path, "tf-horovod", "node01", "after")) == {
+        "driver": "535.261.03", "cuda": "12.4", "cudnn": "8.9.7", "nccl": "2.18.5"}
+    # before the reboot NVML refused (the loaded module is 550's): the diff has no driver before, a pass after
+    assert re.search(r"version +driver: - -> 535\.261\.03", done.stdout), done.stdout[-4000:]
+    assert re.search(r"verdict +gpu\.driver: fail -> pass", done.stdout), done.stdout[-4000:]
     assert not any("drain" in state for state, _ in node_states(fleet).values())
