@@ -35,7 +35,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
     "schedule": FOUNDATION | {"schedule", "cli_types", "cli"},  # cli: gpucheck node's parser reads --daily-args
     "slurm_cli": FOUNDATION | {"cli_types"},
-    "repair": FOUNDATION | {"repair", "history", "node", "report", "rma"},  # history: how a report names a GPU
+    # history: how a report names a GPU; tell: the scheduler that holds the node (Slurm, Kubernetes)
+    "repair": FOUNDATION | {"repair", "history", "node", "report", "rma", "tell"},
     "watch": FOUNDATION | {"watch", "cli_types", "node", "parsers", "repair", "report", "tell"},
     "main": FOUNDATION | {"cli", "cli_types", "cluster", "history", "kept_cli", "rma", "schedule", "slurm_cli",
              "watch"},

@@ -5,6 +5,7 @@ output."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -14,8 +15,15 @@ from pathlib import Path
 
 import psutil
 
+from lab import compute
 from lab.fakenvml import build_library, env_for, scenario_path, write_pci_tree_for
+from lab.nvidia_repo import load
+from lab.nvidia_repo.payloads import nvidia_smi
 from support import ROOT, wait_for
+
+# A site's profile for the repairs: the lab's checks (the fake CuPy's modelled speed), a reset for an ECC error.
+REPAIR_PROFILE = "name: lab-repair\ninherits: lab\nrepair:\n  gpu.ecc_errors: reset-gpu\n  gpu.row_*: reset-gpu\n"
+ECC_ON_GPU3 = "gpu.3.ecc_uncorrected_volatile = 2\n"
 
 
 class Watch:
@@ -95,3 +103,37 @@ class Watch:
 
     def reports(self) -> list[Path]:
         return sorted((self.tmp / "state" / "reports").glob("*.json"))
+
+
+def repairable(tmp: Path, scheduler_env: dict[str, str], site: str = "", told: tuple[str, ...] = ("--slurm",),
+               repair: str = "") -> Watch:
+    """A watcher whose node's GPUs reset through the lab's stand-in `nvidia-smi -r` (lab/nvidia_repo: it writes the
+    reset layer the scenario includes), its repair's proof on the fake CuPy, the profile naming a reset for an ECC
+    error (REPAIR_PROFILE). `repair`: more of node.yaml's `repair:` settings ("jobs_wait_s: 2")."""
+    (tmp / "lab-repair.yaml").write_text(REPAIR_PROFILE)
+    more = f", {repair}" if repair else ""
+    w = Watch(tmp, scheduler_env, site=f"repair: {{burn_s: 3, return_window_s: 3600{more}}}\n" + site,
+              profile=str(tmp / "lab-repair.yaml"), told=told)
+    layer = tmp / "reset.scn"
+    w.machine = w.scenario.read_text()  # the healthy machine each fault() starts from
+    w.scenario.write_text(w.machine + f"\ninclude_if_present = {layer}\n")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    pkg = next(p for p in load().packages if p.name == "nvidia-smi")
+    [entry] = nvidia_smi(pkg, Path("unused"))
+    (bin_dir / "nvidia-smi").write_bytes(entry.data or b"")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    # the lab's simulated compute, its modelled GEMMs 10x the lab's rate: one GPU's proof, not eight hosts' burn
+    w.env.update({**compute.environment(), "FAKECUPY_TFLOPS": str(10 * compute.TFLOPS),
+                  "PATH": f"{bin_dir}:{w.env.get('PATH') or os.environ['PATH']}",
+                  "PYTHONPATH": f"{ROOT / 'agent'}:{compute.SOURCE}", "FAKENVML_RESET_LAYER": str(layer)})
+    return w
+
+
+def fault(w: Watch, lines: str) -> None:
+    """The healthy machine with `lines`, then its reset layer, replaced at once, and the layer emptied: a new fault
+    is a new GPU state, as the lab installs one (lab/gpus.py)."""
+    stepped = w.tmp / "stepped.scn"
+    stepped.write_text(f"{w.machine}\n{lines}include_if_present = {w.tmp / 'reset.scn'}\n")
+    os.replace(stepped, w.scenario)
+    (w.tmp / "reset.scn").unlink(missing_ok=True)

@@ -37,6 +37,7 @@ REPAIR_HEAD = "gpucheck: repair:"  # gpucheck watch repairing a node, then provi
 NEEDS_HANDS_HEAD = "gpucheck: needs-hands:"  # a repair that did not work, or a fault back soon after one
 REASON_MAX = 240  # Slurm keeps longer reasons, but sinfo -R and squeue show the first few dozen characters
 VERDICTS = ("fail", "pass", "error")
+REPAIRABLE = ("passive", "watch", "active")  # the holders whose drain (or taint) gpucheck watch's repair takes over
 
 # Who holds the node, in the order `holder_of` asks: a pending reboot and maintenance first (whatever else the
 # node shows, its admin has a plan for it), then the drain's reason, then DOWN and FAIL without a drain.

@@ -29,6 +29,15 @@ class Unreached(Exception):
 
 
 @dataclass(frozen=True)
+class Held:
+    """Who holds the node, as a repair asks before it begins and while it waits (repair/flow.py)."""
+    name: str  # the node as the scheduler names it
+    ours: bool  # held by one of gpucheck's checks (drain_rule.REPAIRABLE), not handed to a person: a repair may begin
+    busy: bool  # work still runs there (Slurm: its jobs; Kubernetes: pods holding its GPUs)
+    described: str  # its state, for a sentence
+
+
+@dataclass(frozen=True)
 class Stop:
     """How the scheduler stopped a scheduled check that a signal ended."""
     outcome: str  # preempted (it runs again), cancelled, out of time, stopped (not known)
@@ -43,13 +52,16 @@ class Scheduler(Protocol):
     name: str  # "slurm" or "kubernetes": what the run says and the key of its facts
     title: str  # its name in a sentence
     node: str | None  # the node as the scheduler names it; None: this host's
-    repairs: bool  # gpucheck watch's repairs wait for its jobs and resume it (Slurm's only, for now)
 
     def tell(self, path: str, exit_code: int, findings: list[str], held_by: Any = None, scheduled: str | None = None,
              head: str | None = None) -> Any:
         """What `path` (drain_rule.PATHS) did with the node for a run that exited `exit_code` with `findings` (the
         failed checks' "<id> <reason>"): something with `verb`, `describe()` and `record(path)`. An automatic
         path's drain is put to the breaker (`held_by`, node.yaml's). Raises Unreached."""
+
+    def holds(self) -> Held:
+        """Who holds the node now and whether work still runs there (gpucheck watch's repairs). Raises
+        Unreached."""
 
     def job(self) -> str | None:
         """The scheduler's job this run is in (a scheduled check runs in one), or None."""
@@ -67,7 +79,7 @@ SETTLE_S = 10.0
 
 
 class Slurm:
-    name, title, repairs = "slurm", "Slurm", True
+    name, title = "slurm", "Slurm"
 
     def __init__(self, node: str | None = None) -> None:
         self.node = node
@@ -81,6 +93,18 @@ class Slurm:
             return drain_rule.tell(path, exit_code, findings, self.node, scheduled, held_by, head)
         except client.SlurmError as exc:
             raise Unreached(str(exc)) from None
+
+    def holds(self) -> Held:
+        from . import drain_rule
+        from . import slurm as client
+
+        try:
+            node = client.show_node(client.this_node(self.node))
+        except client.SlurmError as exc:
+            raise Unreached(str(exc)) from None
+        ours = (node.drained and drain_rule.holder_of(node) in drain_rule.REPAIRABLE
+                and not node.reason.startswith(drain_rule.NEEDS_HANDS_HEAD))
+        return Held(node.name, ours, node.has_jobs, f"{node.state}, {node.reason or 'no reason'}")
 
     def job(self) -> str | None:
         return os.environ.get("SLURM_JOB_ID")
@@ -107,22 +131,41 @@ class Slurm:
 
 
 class Kubernetes:
-    name, title, repairs = "kubernetes", "Kubernetes", False
+    name, title = "kubernetes", "Kubernetes"
 
     def __init__(self, node: str | None = None, kubeconfig: str | None = None) -> None:
         self.node, self.kubeconfig = node, kubeconfig
 
     def tell(self, path: str, exit_code: int, findings: list[str], held_by: Any = None, scheduled: str | None = None,
              head: str | None = None) -> Any:
-        """`scheduled` and `head` are words of Slurm's drain reason: a Node's condition says the findings."""
+        """`scheduled` and `head` are words of Slurm's drain reason: a Node's condition says the findings, those of
+        a node handed to a person after its repair starting `needs-hands:` (node_rule.NEEDS_HANDS)."""
         from . import drain_rule
-        from .kubernetes import api
+        from .kubernetes import api, node_rule
 
         active_passed = drain_rule.PATHS[path][0] == "active" and drain_rule.verdict_of(exit_code) == "pass"
+        if head == drain_rule.NEEDS_HANDS_HEAD:
+            findings = [f"{node_rule.NEEDS_HANDS} {finding}" for finding in findings]
         try:
             return api.tell(path, exit_code, findings, self.node, self.kubeconfig, active_passed, held_by)
         except api.KubernetesError as exc:
             raise Unreached(str(exc)) from None
+
+    def holds(self) -> Held:
+        from . import drain_rule
+        from .kubernetes import api, node_rule
+
+        name = api.this_node(self.node)
+        try:
+            client = api.connect(self.kubeconfig)
+            node, pods = api.read_node(client, name), api.gpu_pods(client, name)
+        except api.KubernetesError as exc:
+            raise Unreached(str(exc)) from None
+        holder, message = node_rule.holder_of(node), node_rule.message_of(node)
+        ours = holder in drain_rule.REPAIRABLE and not message.startswith(node_rule.NEEDS_HANDS)
+        taint = f"tainted {node_rule.TAINT_KEY}={holder}" if holder != "nobody" else "not tainted by gpucheck"
+        using = f"; its GPUs held by pod {', '.join(pods[:3])}" if pods else ""
+        return Held(name, ours, bool(pods), f"{taint}, {message or 'no condition'}{using}")
 
     def job(self) -> str | None:
         from .kubernetes import pod_stop

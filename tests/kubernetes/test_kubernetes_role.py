@@ -58,7 +58,7 @@ def test_the_daemonset_runs_the_sites_image_at_its_interval(applied):
     assert {"name": "INTERVAL_S", "value": "120"} in container["env"], container["env"]
     assert {e["name"] for e in container["env"]} >= {"NODE_NAME", "NVIDIA_VISIBLE_DEVICES"}  # the rest as written
     role = kube.request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/gpucheck-node")
-    assert {tuple(r["resources"]) for r in role["rules"]} == {("nodes",), ("nodes/status",)}
+    assert {tuple(r["resources"]) for r in role["rules"]} == {("nodes",), ("nodes/status",), ("pods",)}
 
 
 def test_a_second_run_and_check_mode_change_nothing(applied):

@@ -162,6 +162,55 @@ def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_s
                       "Background")
 
 
+ADMIN = {"key": "maintenance", "value": "psu-swap", "effect": "NoExecute"}
+PASSIVE = {"key": "gpucheck/unhealthy", "value": "passive", "effect": "NoSchedule"}
+# The profile for a check's container (no host MPI or frameworks), and a breaker that lets one node of two go: with
+# the default 25 % of the fleet, a two-node cluster could never be tainted (the condition and label would be).
+NODE_YAML = "profile: lab-kubernetes\nbreaker: {fleet_fraction: 1.0, group_fraction: 1.0}\n"
+
+
+def gpucheck_says(plane, name: str) -> tuple[list[dict], str, str]:
+    """(gpucheck's taint, the health label, the condition's status) on Node `name`."""
+    node = plane.request("GET", f"/api/v1/nodes/{name}")
+    condition = kubekit.condition(node, "GPUCheckHealthy") or {}
+    return (kubekit.gpuchecks_taint(node), node["metadata"].get("labels", {}).get("gpucheck/health", ""),
+            condition.get("status", ""))
+
+
+def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admins_own_stay(plane) -> None:
+    """deploy/kubernetes/30-daemonset.yaml on both nodes through the lab's toolkit, a run every 2 s (not 300):
+    node02, planted with uncorrectable ECC errors before it starts, gets gpucheck's taint, condition and label from
+    its own pod's passive run; node01, cordoned and tainted by its admin, is judged pass with both left as they
+    were; once node02's GPUs are healthy again, its next run clears what gpucheck set."""
+    plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
+    for name in NODES:
+        lab_cli("ssh", name, "--", f"mkdir -p /etc/gpucheck && printf '{NODE_YAML}' > /etc/gpucheck/node.yaml")
+    plane.kubectl("cordon", "node01")
+    plane.kubectl("taint", "node", "node01", "maintenance=psu-swap:NoExecute")
+    lab_cli("fault", "node02", "scenario", "ecc-uncorrected")  # before the watcher's first look: its own baseline
+    daemonset = toolkit.for_lab(yaml.safe_load((REPO / "deploy/kubernetes/30-daemonset.yaml").read_text()),
+                                plane.server)
+    check = daemonset["spec"]["template"]["spec"]["containers"][0]
+    check["env"] = [{"name": "INTERVAL_S", "value": "2"} if e["name"] == "INTERVAL_S" else e for e in check["env"]]
+    plane.kubectl("apply", "-f", "-", input=json.dumps(daemonset))
+    try:
+        wait_for(lambda: gpucheck_says(plane, "node02") == ([PASSIVE], "fail", "False"), WAIT_S,
+                 "node02 tainted by its DaemonSet pod", EVERY_S)
+        wait_for(lambda: gpucheck_says(plane, "node01") == ([], "pass", "True"), WAIT_S, "node01 judged pass",
+                 EVERY_S)
+        node01 = plane.request("GET", "/api/v1/nodes/node01")
+        assert ADMIN in node01["spec"]["taints"] and node01["spec"]["unschedulable"] is True, node01["spec"]
+        lab_cli("fault", "node02", "scenario", config.DEFAULT_SCENARIO)
+        wait_for(lambda: gpucheck_says(plane, "node02") == ([], "pass", "True"), WAIT_S,
+                 "node02 cleared by its next run", EVERY_S)
+        node01 = plane.request("GET", "/api/v1/nodes/node01")
+        assert ADMIN in node01["spec"]["taints"] and node01["spec"]["unschedulable"] is True, node01["spec"]
+    finally:
+        plane.kubectl("delete", "daemonset", "-n", "gpucheck", "gpucheck-node", "--wait=false")
+        plane.kubectl("uncordon", "node01")
+        plane.kubectl("taint", "node", "node01", "maintenance-")
+
+
 def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path) -> None:
     """`gpucheck cluster --launcher kubernetes --drain`: each host's checks as a pod on its Node, made from
     deploy/kubernetes/jobs/check.yaml through the lab's toolkit; node02's GPU with uncorrectable ECC errors is the

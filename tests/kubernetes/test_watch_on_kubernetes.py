@@ -1,7 +1,9 @@
 """`gpucheck watch --kubernetes` against the real control plane (tests/kubekit.py), with the rights of
 deploy/kubernetes' service account: a planted Xid line taints the node's Node at once (the watch path's taint, the
 condition, the label), the report it keeps says so (facts.kubernetes: the history's transitions), a pass after it
-never untaints, and an API it cannot reach is said while it goes on watching."""
+never untaints, and an API it cannot reach is said while it goes on watching. Its repairs, as on Slurm
+(tests/watch/test_repair_command.py): a reset that clears an ECC fault gives the Node back after its proof; a pod
+holding the Node's GPUs is waited for, and one that never ends keeps the repair from starting."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 import kubekit
 from gpucheck.kubernetes import node_rule
 from support import ROOT, wait_for
-from watchkit import Watch
+from watchkit import ECC_ON_GPU3, Watch, fault, repairable
 
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
 XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x404490=0x80000002"
@@ -25,10 +27,16 @@ def account(kube, tmp_path):
     return kubekit.service_account_kubeconfig(kube, "gpucheck", "gpucheck", tmp_path / "gpucheck.kubeconfig")
 
 
+# more of this module's Nodes are tainted within 10 min than the breaker's default share of the fleet
+BREAKER = "breaker: {fleet_fraction: 1.0, group_fraction: 1.0}\n"
+
+
+def told(node: str, kubeconfig) -> tuple[str, ...]:
+    return ("--kubernetes", "--kubernetes-node", node, "--kubeconfig", str(kubeconfig))
+
+
 def watching(tmp_path, node: str, kubeconfig) -> Watch:
-    # more of this module's Nodes are tainted within 10 min than the breaker's default share of the fleet
-    return Watch(tmp_path, {}, site="breaker: {fleet_fraction: 1.0, group_fraction: 1.0}\n",
-                 told=("--kubernetes", "--kubernetes-node", node, "--kubeconfig", str(kubeconfig)))
+    return Watch(tmp_path, {}, site=BREAKER, told=told(node, kubeconfig))
 
 
 def test_an_xid_line_taints_the_node_at_once_and_a_pass_after_it_leaves_the_taint(kube, account, tmp_path):
@@ -69,3 +77,47 @@ def test_a_node_it_cannot_reach_is_said_and_it_goes_on_watching(kube, account, t
         assert "kubernetes" not in json.loads(kept.read_text())["facts"]
     finally:
         watch.stop()
+
+
+def test_a_reset_that_clears_the_fault_takes_the_taint_back_after_its_proof(kube, account, tmp_path):
+    kubekit.add_node(kube, "repaired-1")
+    watch = repairable(tmp_path, {}, site=BREAKER, told=told("repaired-1", account))
+    watch.start()
+    try:
+        fault(watch, ECC_ON_GPU3)
+        said = watch.wait("repair: returned", timeout=180)
+        assert "kubernetes: tainted repaired-1 gpucheck/unhealthy:NoSchedule: gpu.ecc_errors" in said, said
+        assert "repair: repairing: reset-gpu GPU3 after gpu.ecc_errors" in said and "GPU3 reset" in said
+        assert "kubernetes: removed gpucheck/unhealthy from repaired-1 (its repair run passed)" in said, said
+        found = kubekit.node(kube, "repaired-1")
+        assert kubekit.gpuchecks_taint(found) == [] and found["metadata"]["labels"]["gpucheck/health"] == "pass"
+        assert kubekit.condition(found, "GPUCheckHealthy")["status"] == "True"
+        last = next(facts for facts in (json.loads(p.read_text())["facts"] for p in reversed(watch.reports()))
+                    if "repair" in facts)  # the report that ends the attempt
+        assert last["kubernetes"]["path"] == "repair" and last["kubernetes"]["action"] == "resume", last
+        assert [step["state"] for step in last["repair"]["steps"]] == ["repairing", "proving", "returned"]
+    finally:
+        watch.stop()
+
+
+def test_a_pod_holding_the_gpus_is_waited_for_and_one_that_never_ends_keeps_the_repair_away(kube, account,
+                                                                                            tmp_path):
+    """No kubelet runs here: a pod bound to the Node stays Pending, as a job that does not end."""
+    kubekit.add_node(kube, "repaired-2")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "default"},
+           "spec": {"nodeName": "repaired-2", "containers": [{"name": "c", "image": "trainer", "resources": {
+               "limits": {"nvidia.com/gpu": "8"}}}]}}
+    kube.request("POST", "/api/v1/namespaces/default/pods", pod)
+    watch = repairable(tmp_path, {}, site=BREAKER, told=told("repaired-2", account), repair="jobs_wait_s: 2")
+    watch.start()
+    try:
+        fault(watch, ECC_ON_GPU3)
+        said = watch.wait("repair: not started", timeout=120)
+        assert "repair: waiting: for the jobs on repaired-2 to end" in said, said
+        assert "jobs still run on repaired-2" in said, said
+        found = kubekit.node(kube, "repaired-2")
+        assert [t["value"] for t in kubekit.gpuchecks_taint(found)] == ["watch"]
+        assert "GPU3 reset" not in watch.said()
+    finally:
+        watch.stop()
+        kube.request("DELETE", "/api/v1/namespaces/default/pods/train?gracePeriodSeconds=0")

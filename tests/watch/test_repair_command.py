@@ -7,23 +7,16 @@ to a person with an RMA archive."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 import slurmkit
 from gpucheck.history.store import Store
-from lab import compute
 from lab.fakenvml import write_pci_tree_for
-from lab.nvidia_repo import load
-from lab.nvidia_repo.payloads import nvidia_smi
-from support import ROOT, run_gpucheck
-from watchkit import Watch
+from support import run_gpucheck
+from watchkit import ECC_ON_GPU3, REPAIR_PROFILE, Watch, fault, repairable
 
-# A site's profile: the lab's checks (the fake CuPy's modelled speed), a reset for an ECC error.
-PROFILE = "name: lab-repair\ninherits: lab\nrepair:\n  gpu.ecc_errors: reset-gpu\n  gpu.row_*: reset-gpu\n"
-ECC_ON_GPU3 = "gpu.3.ecc_uncorrected_volatile = 2\n"
 ORDER = ["detected", "drained", "waiting", "repairing", "proving", "returned", "needs-hands"]
 
 
@@ -38,33 +31,9 @@ def node(tmp_path, slurm):
     """A watcher whose node's GPUs reset through the stand-in nvidia-smi, proven on the fake CuPy."""
     if "DRAIN" in slurm.state()[0]:
         slurm.set(state="resume")
-    (tmp_path / "lab-repair.yaml").write_text(PROFILE)
-    w = Watch(tmp_path, slurm.env, site="repair: {burn_s: 3, return_window_s: 3600}\n",
-              profile=str(tmp_path / "lab-repair.yaml"))
-    layer = tmp_path / "reset.scn"
-    w.machine = w.scenario.read_text()  # the healthy machine each fault() starts from
-    w.scenario.write_text(w.machine + f"\ninclude_if_present = {layer}\n")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    pkg = next(p for p in load().packages if p.name == "nvidia-smi")
-    [entry] = nvidia_smi(pkg, Path("unused"))
-    (bin_dir / "nvidia-smi").write_bytes(entry.data or b"")
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    # the lab's simulated compute, its modelled GEMMs 10x the lab's rate: one GPU's proof, not eight hosts' burn
-    w.env.update({**compute.environment(), "FAKECUPY_TFLOPS": str(10 * compute.TFLOPS),
-                  "PATH": f"{bin_dir}:{w.env.get('PATH') or os.environ['PATH']}",
-                  "PYTHONPATH": f"{ROOT / 'agent'}:{compute.SOURCE}", "FAKENVML_RESET_LAYER": str(layer)})
+    w = repairable(tmp_path, slurm.env)
     yield w
     w.stop()
-
-
-def fault(w: Watch, lines: str) -> None:
-    """The healthy machine with `lines`, then its reset layer, replaced at once, and the layer emptied: a new fault
-    is a new GPU state, as the lab installs one (lab/gpus.py)."""
-    stepped = w.tmp / "stepped.scn"
-    stepped.write_text(f"{w.machine}\n{lines}include_if_present = {w.tmp / 'reset.scn'}\n")
-    os.replace(stepped, w.scenario)
-    (w.tmp / "reset.scn").unlink(missing_ok=True)
 
 
 def transitions(w: Watch) -> list[tuple[str, str]]:
@@ -146,7 +115,7 @@ def test_a_reboot_is_asked_for_only_where_allowed_and_proven_on_the_next_boot(no
     systemctl = node.tmp / "bin" / "systemctl"
     systemctl.write_text(f'#!/bin/sh\necho "$@" >> {asked}\n[ "$1" = reboot ]\n')  # no unit runs here
     systemctl.chmod(0o755)
-    (node.tmp / "lab-repair.yaml").write_text(PROFILE.replace("reset-gpu", "reboot") + "gpu: {count: 2}\n")
+    (node.tmp / "lab-repair.yaml").write_text(REPAIR_PROFILE.replace("reset-gpu", "reboot") + "gpu: {count: 2}\n")
     node.env["GPUCHECK_PROC_ROOT"] = str(fake / "proc")
     fault(node, "gpu_count = 2\npci_gpu_count = 2\n")
     write_pci_tree_for(node.scenario, node.tmp / "sys")
@@ -189,7 +158,7 @@ def test_a_restart_that_does_not_mend_and_a_busy_gpu_that_is_not_reset_both_need
     systemctl = node.tmp / "bin" / "systemctl"
     systemctl.write_text(f'#!/bin/sh\necho "$@" >> {asked}\n')  # every unit active, every restart done
     systemctl.chmod(0o755)
-    (node.tmp / "lab-repair.yaml").write_text(PROFILE.replace("reset-gpu", "restart-dcgm"))
+    (node.tmp / "lab-repair.yaml").write_text(REPAIR_PROFILE.replace("reset-gpu", "restart-dcgm"))
     node.start()
     fault(node, ECC_ON_GPU3)
     said = node.wait("repair: needs-hands:", timeout=120)
@@ -198,7 +167,7 @@ def test_a_restart_that_does_not_mend_and_a_busy_gpu_that_is_not_reset_both_need
     node.stop()
 
     slurm.set(state="resume")
-    (node.tmp / "lab-repair.yaml").write_text(PROFILE)
+    (node.tmp / "lab-repair.yaml").write_text(REPAIR_PROFILE)
     (node.tmp / "state" / "watch.json").unlink()
     fault(node, "")
     node.start()

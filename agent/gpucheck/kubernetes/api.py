@@ -4,7 +4,8 @@ Through the official client (the `kubernetes` package: its kubeconfig and in-clu
 without its models: the Node is read and patched as JSON, so a field an older or newer API server has or lacks is
 never a model error. Only core/v1 Node and its status subresource, stable from 1.20 to today's releases.
 
-Its rights are deploy/kubernetes/10-rbac.yaml's and no more: get, list and patch nodes, patch nodes/status. An
+Its rights are deploy/kubernetes/10-rbac.yaml's and no more: get, list and patch nodes, patch nodes/status, list
+pods (a repair waits for the pods holding its node's GPUs). An
 automatic path's taint is first put to the circuit breaker (breaker.py: the Nodes listed, gpucheck's recent taints
 ordered by their annotation), and asked again once made, as drain_rule.tell does for Slurm. Labels and the taint go
 in one merge patch carrying the resourceVersion it was decided on (a change made meanwhile, an admin's
@@ -26,6 +27,7 @@ from . import node_rule
 
 TIMEOUT_S = 10.0  # per request
 TRIES = 5  # reads and decisions, when a write meets a change made meanwhile
+GPU_RESOURCE = "nvidia.com/gpu"  # what NVIDIA's device plugin advertises and a pod requests
 
 
 class KubernetesError(Exception):
@@ -70,6 +72,24 @@ def connect(kubeconfig: str | None = None) -> Any:
 
 def read_node(api: Any, name: str) -> dict[str, Any]:
     return call(f"read Node {name}", api.read_node, name)
+
+
+def gpu_pods(api: Any, name: str) -> list[str]:
+    """The pods on Node `name` that hold GPUs (`nvidia.com/gpu` requested or limited) and have not ended, as
+    namespace/name: the work a repair waits for, as it waits for a Slurm node's jobs."""
+    listed = call(f"list the pods on Node {name}", api.list_pod_for_all_namespaces,
+                  field_selector=f"spec.nodeName={name}").get("items") or []
+    held = []
+    for pod in listed:
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        spec = pod.get("spec", {})
+        for container in [*spec.get("containers", []), *spec.get("initContainers", [])]:
+            resources = container.get("resources") or {}
+            if GPU_RESOURCE in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}:
+                held.append(f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}")
+                break
+    return held
 
 
 def tell(path: str, exit_code: int, findings: list[str], node: str | None = None, kubeconfig: str | None = None,

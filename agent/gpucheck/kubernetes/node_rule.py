@@ -36,6 +36,9 @@ CONDITION = "GPUCheckHealthy"
 MESSAGE_MAX = 1024  # kubectl describe shows it whole; the API keeps far more
 KINDS = ("passive", "active", "watch", "upgrade")  # a gpucheck taint's values: drain_rule.PATHS' kinds
 REASONS = {"fail": "ChecksFailed", "warn": "ChecksPassedWithWarnings", "pass": "ChecksPassed"}
+# How the condition's message starts when a repair handed the node to a person (Slurm's `gpucheck: needs-hands:`
+# reason): the watcher's repairs leave such a node alone; an active check's pass still takes its taint back.
+NEEDS_HANDS = "needs-hands:"
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,12 @@ def holder_of(node: dict[str, Any]) -> str:
         if taint.get("key") == TAINT_KEY:
             return taint.get("value") if taint.get("value") in KINDS else "admin-drain"
     return "nobody"
+
+
+def message_of(node: dict[str, Any]) -> str:
+    """The message of the Node's GPUCheckHealthy condition ("": none)."""
+    conditions = node.get("status", {}).get("conditions") or []
+    return next((str(c.get("message") or "") for c in conditions if c.get("type") == CONDITION), "")
 
 
 def tainted_at(node: dict[str, Any]) -> dt.datetime | None:

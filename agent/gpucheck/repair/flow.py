@@ -1,6 +1,7 @@
 """A drained node's way back: `waiting` (for its jobs to end) -> `repairing` -> `proving` -> `returned`, or
 `needs-hands` (with an RMA archive) when the repair fails, its proof fails, or the fault is back within the window
-after a repair returned the node. Each step is said, shown in Slurm's drain reason while it lasts, and kept in the
+after a repair returned the node. Each step is said, shown where the scheduler says why the node is held while it
+lasts (Slurm's drain reason, the Kubernetes Node's condition: tell.Scheduler, the one interface), and kept in the
 report that ends the attempt (facts.repair), from which the history store makes the node's transitions.
 
 The proof is never a passive pass: the GPU checks without load first (a fault still there is named at once, no
@@ -20,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from .. import drain_rule, slurm
+from .. import drain_rule
 from ..config import NodeConfig
 from ..model import EXIT_FAIL, EXIT_OK, Report
 from ..node import kept_reports
@@ -30,14 +31,14 @@ from ..node.per_gpu import live_gpus
 from ..node.pipeline import Options, judge, run_node
 from ..report.node import render
 from ..rma.rma_cli import RmaError, write_archive
+from ..tell import Held, Scheduler, Unreached
 from . import actions, ledger
 from .plan import Plan, plan_of
 
-JOBS_POLL_S = 5.0  # how often Slurm is asked whether the node's jobs have ended
+JOBS_POLL_S = 5.0  # how often the scheduler is asked whether the node's jobs (pods) have ended
 BURN_IN = ["gpu.gemm", "gpu.memory_bandwidth", "gpu.host_bandwidth", "gpu.memtest", "gpu.burn", "gpu.sdc"]
 ACTIVE_PROOF = {"reset-gpu": BURN_IN, "reboot": BURN_IN, "restart-fabric-manager": ["gpu.p2p_bandwidth"],
                 "restart-dcgm": ["gpu.dcgm"]}
-GPUCHECK_DRAINS = ("passive", "watch", "active")  # the holders whose drain a repair may take over
 RMA_DIR = "rma"  # under the state directory: the archives a repair that did not work leaves
 
 
@@ -54,7 +55,7 @@ class Attempt:
 @dataclass
 class Repairer:
     site: NodeConfig
-    node: str | None  # the node's Slurm name when not its host name
+    scheduler: Scheduler  # the one the watcher tells: it holds the node, says each step and lets it go
     say: Callable[[str], None]
     release_nvml: Callable[[], None] = lambda: None  # the watcher's own NVML thread, let go before a reset
 
@@ -68,15 +69,15 @@ class Repairer:
             return None
         attempt = Attempt(plan)
         try:
-            current = slurm.show_node(slurm.this_node(self.node))
-            if not ours(current):
-                self.say(f"repair: not started ({plan.describe()}): {current.name} is not drained by gpucheck for "
-                         f"a repair ({current.state}, {current.reason or 'no reason'})")
+            current = self.scheduler.holds()
+            if not current.ours:
+                self.say(f"repair: not started ({plan.describe()}): {current.name} is not held by gpucheck for a "
+                         f"repair ({current.described})")
                 return None
             if back := ledger.returned_within(plan, self.site.repair.return_window_s):
                 return self.needs_hands(attempt, f"{', '.join(plan.checks)} failed again {_ago(back['at'])} after "
                                                  f"{back['action']} returned the node")
-            if current.has_jobs and not self.wait_for_jobs(attempt, current):
+            if current.busy and not self.wait_for_jobs(attempt, current):
                 return None
             self.step(attempt, "repairing", f"{plan.describe()} after {'; '.join(plan.findings)}")
             began = time.monotonic()
@@ -94,8 +95,9 @@ class Repairer:
             if plan.action == "reboot":
                 return "rebooting"  # the watcher started on the new boot proves it (after_reboot)
             return self.prove(attempt, time.monotonic() - began)
-        except slurm.SlurmError as exc:
-            self.say(f"repair: slurm: {exc}; the repair stops here, the node stays as Slurm has it")
+        except Unreached as exc:
+            self.say(f"repair: {self.scheduler.name}: {exc}; the repair stops here, the node stays as "
+                     f"{self.scheduler.title} has it")
             return None
 
     def after_reboot(self) -> str | None:
@@ -108,25 +110,25 @@ class Repairer:
         self.say(f"repair: the node rebooted ({attempt.plan.describe()}); proving it")
         try:
             return self.prove(attempt, None)
-        except slurm.SlurmError as exc:
-            self.say(f"repair: slurm: {exc}; the repair stops here, the node stays as Slurm has it")
+        except Unreached as exc:
+            self.say(f"repair: {self.scheduler.name}: {exc}; the repair stops here, the node stays as "
+                     f"{self.scheduler.title} has it")
             return None
 
-    def wait_for_jobs(self, attempt: Attempt, current: slurm.NodeState) -> bool:
+    def wait_for_jobs(self, attempt: Attempt, current: Held) -> bool:
         limit = self.site.repair.jobs_wait_s
         self.step(attempt, "waiting", f"for the jobs on {current.name} to end (at most {limit / 60:g} min) before "
                                       f"{attempt.plan.describe()}", tell=False)
         deadline = time.monotonic() + limit
-        while current.has_jobs:
+        while current.busy:
             if time.monotonic() > deadline:
                 self.say(f"repair: not started: jobs still run on {current.name} after {limit / 60:g} min; it stays "
                          "drained, and a person repairs it or it is repaired at its next drain")
                 return False
             time.sleep(JOBS_POLL_S)
-            current = slurm.show_node(current.name)
-            if not ours(current):
-                self.say(f"repair: not started: {current.name} was taken over meanwhile ({current.state}, "
-                         f"{current.reason or 'no reason'})")
+            current = self.scheduler.holds()
+            if not current.ours:
+                self.say(f"repair: not started: {current.name} was taken over meanwhile ({current.described})")
                 return False
         return True
 
@@ -149,11 +151,11 @@ class Repairer:
             why = "; ".join(drain_rule.findings(report.results)) or "the proof could not judge: " + "; ".join(
                 f"{r.check} {r.reason}" for r in report.results if r.status.value == "error")
             return self.needs_hands(attempt, f"{plan.describe()} did not mend it: {why}", report)
-        action = drain_rule.tell("repair", EXIT_OK, [], self.node)
-        self.say(f"slurm: {action.describe()}")
+        action = self.scheduler.tell("repair", EXIT_OK, [])
+        self.say(f"{self.scheduler.name}: {action.describe()}")
         self.step(attempt, "returned", f"{plan.describe()} proven: {said[:200]}", tell=False)
         self.note(ledger.record_return(plan))
-        report.facts["slurm"] = action.record("repair")
+        report.facts[self.scheduler.name] = action.record("repair")
         self.keep(report, active=True, attempt=attempt)
         return "returned"
 
@@ -179,10 +181,10 @@ class Repairer:
         where = f"; evidence: {Path(attempt.rma).name}" if attempt.rma else ""
         room = drain_rule.REASON_MAX - len(drain_rule.NEEDS_HANDS_HEAD) - 1 - len(where)
         short = why if len(why) <= room else why[:room - 1].rstrip(" ;,:") + "…"  # the archive's name never cut
-        action = drain_rule.tell("repair", EXIT_FAIL, [short + where], self.node, head=drain_rule.NEEDS_HANDS_HEAD)
-        self.say(f"slurm: {action.describe()}")
+        action = self.scheduler.tell("repair", EXIT_FAIL, [short + where], head=drain_rule.NEEDS_HANDS_HEAD)
+        self.say(f"{self.scheduler.name}: {action.describe()}")
         self.step(attempt, "needs-hands", why + (f"; RMA archive {attempt.rma}" if attempt.rma else ""), tell=False)
-        report.facts["slurm"] = action.record("repair")
+        report.facts[self.scheduler.name] = action.record("repair")
         self.keep(report, active=True, attempt=attempt)
         return "needs-hands"
 
@@ -192,7 +194,7 @@ class Repairer:
                               "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
         self.say(f"repair: {state}: {reason[:300]}")
         if tell:
-            drain_rule.tell("repair", EXIT_FAIL, [f"{state}: {reason}"], self.node)
+            self.scheduler.tell("repair", EXIT_FAIL, [f"{state}: {reason}"])
 
     def keep(self, report: Report, active: bool, attempt: Attempt | None = None) -> None:
         if attempt is not None:
@@ -208,12 +210,6 @@ class Repairer:
         _, facts = judge(Options(only=["gpu.count"], timeout=30.0), self.site)
         return {f"GPU{g['index']}": described([{**p, "name": process_name(p["pid"])} for p in g["processes"]])
                 for g in live_gpus(facts.get("nvml") or {}) if g.get("processes")}
-
-
-def ours(node: slurm.NodeState) -> bool:
-    """Drained by one of gpucheck's checks, and not already handed to a person."""
-    return (node.drained and drain_rule.holder_of(node) in GPUCHECK_DRAINS
-            and not node.reason.startswith(drain_rule.NEEDS_HANDS_HEAD))
 
 
 def _ago(at: Any) -> str:

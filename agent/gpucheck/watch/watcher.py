@@ -70,8 +70,7 @@ class Watcher:
         told = settings.scheduler
         self.metrics = WatchMetrics.beside(self.site.prometheus_textfile, socket.gethostname(),
                                            told.name if told else "slurm")
-        self.repairer = (Repairer(self.site, told.node, self.say, self.sampler.release) if told and told.repairs
-                         else None)
+        self.repairer = Repairer(self.site, told, self.say, self.sampler.release) if told else None
         self.reports_seen = set(_kept())  # a drain another path keeps from now on is looked at for a repair
 
     def run(self) -> int:
@@ -200,17 +199,15 @@ class Watcher:
         if note := kept_reports.keep(report, text, active=False):  # the scheduler told first
             self.once("keep", note)
         self.reports_seen = set(_kept())
-        if self.repairer and report.facts.get("slurm", {}).get("action") in ("drain", "keep"):
+        if self.repairer and told and report.facts.get(told.name, {}).get("action") in ("drain", "keep"):
             self.repair(json.loads(text))
-        elif told and not told.repairs and report.thresholds.get("repair") and report.facts.get(told.name):
-            self.once("repairs", f"the profile's repairs are made with --slurm only, for now: on {told.name} the "
-                                 "node returns after its active checks pass")
         return report
 
     def look_at_drains(self) -> None:
         """A drain by another path (the health check, a scheduled check), kept since the last look: repaired as
         the watcher's own are."""
-        if not self.repairer:
+        told = self.settings.scheduler
+        if not self.repairer or not told:
             return
         kept = _kept()
         for name in sorted(set(kept) - self.reports_seen, key=kept_reports.order):
@@ -218,8 +215,8 @@ class Watcher:
                 doc = kept_reports.read(kept_reports.folder() / name)
             except (OSError, ValueError, RecursionError):
                 continue
-            told = ((doc.get("facts") or {}).get("slurm") or {}) if isinstance(doc, dict) else {}
-            if told.get("action") == "drain" and told.get("path") not in ("watch", "repair"):
+            done = ((doc.get("facts") or {}).get(told.name) or {}) if isinstance(doc, dict) else {}
+            if done.get("action") == "drain" and done.get("path") not in ("watch", "repair"):
                 self.repair(doc)
         self.reports_seen = set(_kept())
 
