@@ -53,7 +53,7 @@ def test_an_xid_line_taints_the_node_at_once_and_a_pass_after_it_leaves_the_tain
         assert found["metadata"]["labels"]["gpucheck/health"] == "fail"
         condition = kubekit.condition(found, "GPUCheckHealthy")
         assert condition["status"] == "False" and condition["message"].startswith("gpu.xid "), condition
-        (kept,) = watch.reports()
+        (kept,) = wait_for(watch.reports, 10, "the kept report")  # kept just after the Node was told
         facts = json.loads(kept.read_text())["facts"]
         assert facts["watch"]["source"] == "kernel_log" and facts["kubernetes"]["action"] == "drain", facts
         host = f'host="{socket.gethostname()}"'
@@ -73,7 +73,8 @@ def test_a_node_it_cannot_reach_is_said_and_it_goes_on_watching(kube, account, t
         watch.plant(XID79)
         said = watch.wait("kubernetes: cannot read Node no-such-node: 404")
         assert "Traceback" not in said, said
-        (kept,) = watch.reports()  # judged and kept all the same: the history has the failure
+        # judged and kept all the same (just after the scheduler was asked): the history has the failure
+        (kept,) = wait_for(watch.reports, 10, "the kept report")
         assert "kubernetes" not in json.loads(kept.read_text())["facts"]
     finally:
         watch.stop()
@@ -92,8 +93,8 @@ def test_a_reset_that_clears_the_fault_takes_the_taint_back_after_its_proof(kube
         found = kubekit.node(kube, "repaired-1")
         assert kubekit.gpuchecks_taint(found) == [] and found["metadata"]["labels"]["gpucheck/health"] == "pass"
         assert kubekit.condition(found, "GPUCheckHealthy")["status"] == "True"
-        last = next(facts for facts in (json.loads(p.read_text())["facts"] for p in reversed(watch.reports()))
-                    if "repair" in facts)  # the report that ends the attempt
+        [last] = wait_for(lambda: [facts for facts in (json.loads(p.read_text())["facts"] for p in watch.reports())
+                                   if "repair" in facts], 10, "the report that ends the attempt, kept after it is said")
         assert last["kubernetes"]["path"] == "repair" and last["kubernetes"]["action"] == "resume", last
         assert [step["state"] for step in last["repair"]["steps"]] == ["repairing", "proving", "returned"]
     finally:

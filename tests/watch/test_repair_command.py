@@ -14,7 +14,7 @@ import pytest
 import slurmkit
 from gpucheck.history.store import Store
 from lab.fakenvml import write_pci_tree_for
-from support import run_gpucheck
+from support import run_gpucheck, wait_for
 from watchkit import ECC_ON_GPU3, REPAIR_PROFILE, Watch, fault, repairable
 
 ORDER = ["detected", "drained", "waiting", "repairing", "proving", "returned", "needs-hands"]
@@ -48,8 +48,10 @@ def transitions(w: Watch) -> list[tuple[str, str]]:
 
 
 def repair_facts(w: Watch) -> dict:
-    return next(doc["facts"]["repair"] for doc in (json.loads(p.read_text()) for p in reversed(w.reports()))
-                if "repair" in doc["facts"])
+    """The last attempt's steps, from the report that ends it (kept just after its last step is said)."""
+    found = wait_for(lambda: [doc["facts"]["repair"] for doc in (json.loads(p.read_text()) for p in w.reports())
+                              if "repair" in doc["facts"]], 10, "the report that ends the attempt")
+    return found[-1]
 
 
 def test_a_reset_that_clears_the_fault_returns_the_node_after_its_proof(node, slurm):

@@ -47,7 +47,7 @@ def test_an_xid_line_drains_the_node_at_once_and_a_restart_does_not_judge_it_aga
     assert f"drained {slurmkit.NODE}: gpucheck: watch: gpu.xid GPU 0000:18:00 has fallen off the bus" in said
     state, reason = slurm.state()
     assert "DRAIN" in state and reason.startswith("gpucheck: watch: gpu.xid")
-    kept = watch.reports()
+    kept = wait_for(watch.reports, 10, "the kept report")  # kept just after Slurm was told
     assert len(kept) == 1 and kept[0].name.endswith("-fail.json")  # kept as every run is, for the history
     facts = json.loads(kept[0].read_text())["facts"]
     assert facts["watch"]["source"] == "kernel_log" and facts["slurm"]["action"] == "drain"  # its transitions
