@@ -35,6 +35,8 @@ examples:
   gpucheck cluster --skip-stages smoke --pair-seconds 10
   gpucheck cluster -i inventory/prod --drain           drain the failed nodes in Slurm, resume repaired ones
   gpucheck cluster -i inventory/prod --launcher slurm  node checks through one srun, the jobs as Slurm jobs
+  gpucheck cluster -i inventory/prod --launcher kubernetes --pod-template check.yaml --drain
+                                                       each node's checks as a pod; the failed Nodes tainted
   gpucheck cluster -i inventory/lab --stages smoke,training   the ResNet-50 benchmark on CPU ranks (small model)
   gpucheck cluster -i inventory/prod --burn-minutes 120   acceptance: the whole cluster at full load for 2 hours
 
@@ -172,7 +174,7 @@ def add_parser(subparsers: Any) -> None:
                           "resume the nodes that passed if gpucheck drained them, leave a drain someone else made "
                           "and the nodes that could not be checked as they are. Slurm through scontrol on this "
                           "machine; with --launcher kubernetes, the Nodes' gpucheck/unhealthy taint, condition and "
-                          "label, as gpucheck node --kubernetes writes them")
+                          "label, as the DaemonSet writes them")
     cmp.add_argument("--report", type=Path, metavar="DIR",
                      help="report directory (default: $XDG_STATE_HOME/gpucheck/reports/gpucheck-report-<UTC time>/, "
                           "~/.local/state/gpucheck/reports/... without XDG_STATE_HOME; never the current directory, "
