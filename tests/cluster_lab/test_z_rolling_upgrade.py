@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from cluster_lab_helpers import (
     FAULTY,
     ROOT,
@@ -126,13 +127,21 @@ def pins_measured(report: dict) -> dict:
     return pins["measured"]["system"]
 
 
+def stack_pin(stack: str, package: str) -> str:
+    """`package==VERSION` as the lab's inventory pins it for `stack` (inventory/lab's versions.yml)."""
+    catalog = yaml.safe_load((ROOT / "inventory/lab/group_vars/all/versions.yml").read_text())["gpu_stack_catalog"]
+    return next(p for p in catalog[stack]["pip_packages"] if p.split("==")[0] == package)
+
+
 @pytest.fixture(scope="module")
 def fleet(lab4: LabState, slurm: dict[str, str]) -> Iterator[dict[str, str]]:
-    """Every node healthy and in service for this module: node04's ECC fault repaired (restored after), and a drain
-    Slurm's health check made of it undone. slurmd runs that check when it starts: one still running on node04 when
-    the fault is repaired drains it after (seen in CI: slurmctld's log had node04 drained as the rollout began), so
-    the checks in flight are waited for first."""
+    """Every node healthy and in service for this module: node04's ECC fault repaired (restored after), node03's
+    TensorFlow back at the stack's pin (test_cluster_lab drifts it for the modules after it: the upgrade's proof,
+    stack.pins, would stop at node03 for it), and a drain Slurm's health check made of them undone. slurmd runs that
+    check when it starts: one still running on node04 when the fault is repaired drains it after (seen in CI:
+    slurmctld's log had node04 drained as the rollout began), so the checks in flight are waited for first."""
     lab("fault", FAULTY, "scenario", "dgx-h100", timeout=120)
+    lab("fault", "node03", "drift", stack_pin("tf-horovod", "tensorflow-cpu"), timeout=900)
     for node in NODES:
         deadline = time.monotonic() + 300
         while ssh(node, "pgrep -f 'gpucheck node [-]-slurm' || true").strip() and time.monotonic() < deadline:

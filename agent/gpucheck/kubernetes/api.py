@@ -2,7 +2,8 @@
 
 Through the official client (the `kubernetes` package: its kubeconfig and in-cluster configuration, its transport),
 without its models: the Node is read and patched as JSON, so a field an older or newer API server has or lacks is
-never a model error. Only core/v1 Node and its status subresource, stable from 1.20 to today's releases.
+never a model error. Only core/v1: the Node, its status subresource and the list of the pods on it, stable
+from 1.20 to today's releases.
 
 Its rights are deploy/kubernetes/10-rbac.yaml's and no more: get, list and patch nodes, patch nodes/status, list
 pods (a repair waits for the pods holding its node's GPUs). An
