@@ -16,6 +16,8 @@ from typing import Any
 from lab.kubernetes import build, control_plane
 from lab.progress import say
 
+ADMIN_TAINT = {"key": "maintenance", "value": "psu-swap", "effect": "NoExecute"}  # an admin's: never gpucheck's
+
 
 @contextlib.contextmanager
 def running(directory: Path) -> Iterator[control_plane.ControlPlane]:
@@ -57,6 +59,24 @@ def gpuchecks_taint(found: dict[str, Any]) -> list[dict[str, str]]:
     from gpucheck.kubernetes.node_rule import TAINT_KEY
 
     return [t for t in found["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
+
+
+def gpucheck_taint(kind: str) -> dict[str, str]:
+    """gpucheck's taint as the path of `kind` (passive, active, watch) writes it (kubernetes/node_rule.py)."""
+    from gpucheck.kubernetes.node_rule import EFFECT, TAINT_KEY
+
+    return {"key": TAINT_KEY, "value": kind, "effect": EFFECT}
+
+
+def kubectl_taint(taint: dict[str, str]) -> str:
+    """`key=value:Effect`, as `kubectl taint node NAME` takes it."""
+    return f"{taint['key']}={taint['value']}:{taint['effect']}"
+
+
+def unreachable_kubeconfig(plane: control_plane.ControlPlane, path: Path) -> Path:
+    """The plane's admin kubeconfig pointed at a port where nothing listens."""
+    path.write_text(plane.kubeconfig.read_text().replace(plane.server, "https://127.0.0.1:9"))
+    return path
 
 
 def condition(found: dict[str, Any], kind: str) -> dict[str, str] | None:

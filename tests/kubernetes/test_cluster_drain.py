@@ -12,8 +12,8 @@ from gpucheck.cluster.context import ClusterContext, Options
 from gpucheck.cluster.inventory import Inventory
 from gpucheck.cluster.launchers import named
 
-ADMIN = {"key": "maintenance", "value": "psu-swap", "effect": "NoExecute"}
-ACTIVE = {"key": "gpucheck/unhealthy", "value": "active", "effect": "NoSchedule"}
+ADMIN = kubekit.ADMIN_TAINT
+ACTIVE = kubekit.gpucheck_taint("active")
 ECC = "gpucheck: gpu.ecc_errors 3 uncorrectable ECC errors on GPU2"
 
 
@@ -62,8 +62,7 @@ def test_a_refusal_every_node_would_meet_stops_it_said_once(kube, tmp_path, case
     if case == "rights":  # the namespace's default account: no right on Nodes
         config = kubekit.service_account_kubeconfig(kube, "default", "default", tmp_path / "default.kubeconfig")
     else:
-        config = tmp_path / "elsewhere"
-        config.write_text(kube.kubeconfig.read_text().replace(kube.server, "https://127.0.0.1:9"))
+        config = kubekit.unreachable_kubeconfig(kube, tmp_path / "elsewhere")
     done, error = drain(config, report(**{f"drain-{case[0]}1": "fail", f"drain-{case[0]}2": "fail"}))
     assert [d["action"] for d in done] == ["error"], done
     says = " 403 " if case == "rights" else "the API server did not answer"

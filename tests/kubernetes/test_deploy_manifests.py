@@ -12,8 +12,8 @@ import kubekit
 from support import ROOT
 
 GPU = {"nvidia.com/gpu.present": "true"}
-ADMIN = {"key": "maintenance", "value": "psu-swap", "effect": "NoExecute"}
-OURS = {"key": "gpucheck/unhealthy", "value": "passive", "effect": "NoSchedule"}
+ADMIN = kubekit.ADMIN_TAINT
+OURS = kubekit.gpucheck_taint("passive")
 
 
 def pods_by_node(kube) -> dict[str, dict]:

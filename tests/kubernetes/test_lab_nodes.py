@@ -162,8 +162,8 @@ def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_s
                       "Background")
 
 
-ADMIN = {"key": "maintenance", "value": "psu-swap", "effect": "NoExecute"}
-PASSIVE = {"key": "gpucheck/unhealthy", "value": "passive", "effect": "NoSchedule"}
+ADMIN = kubekit.ADMIN_TAINT
+PASSIVE = kubekit.gpucheck_taint("passive")
 # The profile for a check's container (no host MPI or frameworks), and a breaker that lets one node of two go: with
 # the default 25 % of the fleet, a two-node cluster could never be tainted (the condition and label would be).
 NODE_YAML = "profile: lab-kubernetes\nbreaker: {fleet_fraction: 1.0, group_fraction: 1.0}\n"
@@ -186,7 +186,7 @@ def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admin
     for name in NODES:
         lab_cli("ssh", name, "--", f"mkdir -p /etc/gpucheck && printf '{NODE_YAML}' > /etc/gpucheck/node.yaml")
     plane.kubectl("cordon", "node01")
-    plane.kubectl("taint", "node", "node01", "maintenance=psu-swap:NoExecute")
+    plane.kubectl("taint", "node", "node01", kubekit.kubectl_taint(ADMIN))
     lab_cli("fault", "node02", "scenario", "ecc-uncorrected")  # before the watcher's first look: its own baseline
     daemonset = toolkit.for_lab(yaml.safe_load((REPO / "deploy/kubernetes/30-daemonset.yaml").read_text()),
                                 plane.server)
@@ -208,7 +208,7 @@ def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admin
     finally:
         plane.kubectl("delete", "daemonset", "-n", "gpucheck", "gpucheck-node", "--wait=false")
         plane.kubectl("uncordon", "node01")
-        plane.kubectl("taint", "node", "node01", "maintenance-")
+        plane.kubectl("taint", "node", "node01", f"{ADMIN['key']}-")
 
 
 def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path) -> None:

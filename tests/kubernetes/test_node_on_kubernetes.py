@@ -15,7 +15,7 @@ from gpucheck.kubernetes import api, node_rule
 from lab.fakenvml import build_library, env_for, scenario_path
 from support import ROOT, run_gpucheck
 
-ADMIN = {"key": "maintenance", "value": "psu-swap", "effect": "NoExecute"}
+ADMIN = kubekit.ADMIN_TAINT
 PASSES = ("dgx-h100", ["--only", "gpu.ecc_errors"])
 FAILS = ("ecc-uncorrected", ["--only", "gpu.ecc_errors"])
 CANNOT_JUDGE = ("hang", ["--only", "gpu.temperature", "--timeout", "1"])  # NVML never answers for GPU2
@@ -75,7 +75,7 @@ def test_a_run_that_could_not_judge_writes_nothing_to_the_node(kube, nvml):
 
 
 def test_a_passive_pass_leaves_a_taint_an_active_check_set(kube, nvml):
-    active = {"key": node_rule.TAINT_KEY, "value": "active", "effect": "NoSchedule"}
+    active = kubekit.gpucheck_taint("active")
     kubekit.add_node(kube, "gpu-3", taints=[active])
     done = gpucheck(kube, nvml, "gpu-3", PASSES)
     assert done.returncode == 0 and "taint is the active check's" in done.stderr, done.stderr
@@ -91,7 +91,7 @@ def test_an_admins_taint_made_between_read_and_write_is_kept(kube, monkeypatch):
     def read_then_an_admin_taints(client, name):
         found = read(client, name)
         if not reads:
-            kube.kubectl("taint", "node", name, "maintenance=psu-swap:NoExecute")
+            kube.kubectl("taint", "node", name, kubekit.kubectl_taint(ADMIN))
         reads.append(found["metadata"]["resourceVersion"])
         return found
 
@@ -130,8 +130,7 @@ def test_what_keeps_it_from_the_api_is_one_line_and_exit_3(kube, nvml, tmp_path,
     if case == "no kubeconfig":
         config = tmp_path / "missing"
     elif case == "nothing listening":
-        config = tmp_path / "elsewhere"
-        config.write_text(kube.kubeconfig.read_text().replace(kube.server, "https://127.0.0.1:9"))
+        config = kubekit.unreachable_kubeconfig(kube, tmp_path / "elsewhere")
     done = gpucheck(kube, nvml, node, PASSES, kubeconfig=config)
     assert done.returncode == 3 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
 

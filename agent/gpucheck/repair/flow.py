@@ -96,9 +96,7 @@ class Repairer:
                 return "rebooting"  # the watcher started on the new boot proves it (after_reboot)
             return self.prove(attempt, time.monotonic() - began)
         except Unreached as exc:
-            self.say(f"repair: {self.scheduler.name}: {exc}; the repair stops here, the node stays as "
-                     f"{self.scheduler.title} has it")
-            return None
+            return self.unreached(exc)
 
     def after_reboot(self) -> str | None:
         """On a watcher's start: the proof of a reboot this node's repair asked for, once it is a new boot."""
@@ -111,9 +109,11 @@ class Repairer:
         try:
             return self.prove(attempt, None)
         except Unreached as exc:
-            self.say(f"repair: {self.scheduler.name}: {exc}; the repair stops here, the node stays as "
-                     f"{self.scheduler.title} has it")
-            return None
+            return self.unreached(exc)
+
+    def unreached(self, exc: Unreached) -> None:
+        self.say(f"repair: {self.scheduler.name}: {exc}; the repair stops here, the node stays as "
+                 f"{self.scheduler.title} has it")
 
     def wait_for_jobs(self, attempt: Attempt, current: Held) -> bool:
         limit = self.site.repair.jobs_wait_s

@@ -199,23 +199,23 @@ class Watcher:
         if note := kept_reports.keep(report, text, active=False):  # the scheduler told first
             self.once("keep", note)
         self.reports_seen = set(_kept())
-        if self.repairer and told and report.facts.get(told.name, {}).get("action") in ("drain", "keep"):
+        if self.repairer and report.facts.get(self.repairer.scheduler.name, {}).get("action") in ("drain", "keep"):
             self.repair(json.loads(text))
         return report
 
     def look_at_drains(self) -> None:
         """A drain by another path (the health check, a scheduled check), kept since the last look: repaired as
         the watcher's own are."""
-        told = self.settings.scheduler
-        if not self.repairer or not told:
+        if not self.repairer:
             return
+        told = self.repairer.scheduler.name
         kept = _kept()
         for name in sorted(set(kept) - self.reports_seen, key=kept_reports.order):
             try:
                 doc = kept_reports.read(kept_reports.folder() / name)
             except (OSError, ValueError, RecursionError):
                 continue
-            done = ((doc.get("facts") or {}).get(told.name) or {}) if isinstance(doc, dict) else {}
+            done = ((doc.get("facts") or {}).get(told) or {}) if isinstance(doc, dict) else {}
             if done.get("action") == "drain" and done.get("path") not in ("watch", "repair"):
                 self.repair(doc)
         self.reports_seen = set(_kept())

@@ -23,8 +23,8 @@ SCHEDULERS = {"slurm": "Slurm", "kubernetes": "Kubernetes"}
 ACTIONS = {
     "slurm": {"drain": "Drained", "resume": "Resumed", "error": "Not updated (Slurm refused)",
               "keep": "Left as they were"},
-    "kubernetes": {"drain": "Tainted", "resume": "Taint removed", "held": "Not tainted (the breaker held it)",
-                   "error": "Not updated (Kubernetes refused)", "keep": "Left as they were"},
+    "kubernetes": {"drain": "Tainted", "resume": "Taint removed", "error": "Not updated (Kubernetes refused)",
+                   "keep": "Left as they were"},
 }
 KEPT_SHOWN = 20  # nodes left as they were named one by one; beyond, counted
 
