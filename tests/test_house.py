@@ -33,7 +33,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "kept_cli": FOUNDATION | {"cli_types", "node"},
     "history": FOUNDATION | {"history", "cli_types", "report"},  # report: how a count or a figure is written
     "rma": FOUNDATION | {"rma", "cli_types", "history", "node", "report"},
-    "schedule": FOUNDATION | {"schedule", "cli_types", "cli"},  # cli: gpucheck node's parser reads --daily-args
+    # cli: gpucheck node's parser reads --daily-args; kubernetes: the Jobs of --kubernetes
+    "schedule": FOUNDATION | {"schedule", "cli_types", "cli", "kubernetes"},
     "slurm_cli": FOUNDATION | {"cli_types"},
     # history: how a report names a GPU; tell: the scheduler that holds the node (Slurm, Kubernetes)
     "repair": FOUNDATION | {"repair", "history", "node", "report", "rma", "tell"},

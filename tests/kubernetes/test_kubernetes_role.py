@@ -1,7 +1,7 @@
 """roles/gpucheck_kubernetes (playbooks/kubernetes.yml) against the real control plane, as a site runs it: the
-manifests of deploy/kubernetes applied through a kustomization that sets the image and the interval, a second run
-changing nothing, check mode asking the server and changing nothing, and no image given stopping the run in one
-message before anything is applied."""
+manifests of deploy/kubernetes applied through a kustomization that sets the image, the interval and the schedule,
+a second run changing nothing, check mode asking the server and changing nothing, and no image given stopping the
+run in one message before anything is applied."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def playbook(kube, tmp_path: Path, *args: str, image: str = IMAGE) -> subprocess
     inventory.write_text(yaml.safe_dump({"all": {"children": {"kubernetes_admin": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
     variables = {"gpucheck_kubernetes_image": image, "gpucheck_kubernetes_interval_s": 120,
+                 "gpucheck_kubernetes_schedule": "--weekly 0",
                  "gpucheck_kubernetes_kubectl": str(kube.bin_dir / "kubectl"),
                  "gpucheck_kubernetes_kubeconfig": str(kube.kubeconfig),
                  "gpucheck_kubernetes_dir": str(tmp_path / "manifests")}
@@ -56,6 +57,7 @@ def test_the_daemonset_runs_the_sites_image_at_its_interval(applied):
     container, watch = found["spec"]["template"]["spec"]["containers"]
     assert container["image"] == IMAGE and watch["name"] == "watch" and watch["image"] == IMAGE
     assert {"name": "INTERVAL_S", "value": "120"} in container["env"], container["env"]
+    assert {"name": "SCHEDULE", "value": "--weekly 0"} in container["env"], container["env"]
     assert {e["name"] for e in container["env"]} >= {"NODE_NAME", "NVIDIA_VISIBLE_DEVICES"}  # the rest as written
     role = kube.request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/gpucheck-node")
     assert {tuple(r["resources"]) for r in role["rules"]} == {("nodes",), ("nodes/status",), ("pods",)}

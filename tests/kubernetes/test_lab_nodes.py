@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.kubernetes]
 NODES = ("node01", "node02")
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what the kubelet would set
 WAIT_S, EVERY_S = 90.0, 0.3  # each event waited for (an API call, or an SSH, per look)
+# the DaemonSet's scheduled checks: daily only, one cheap active check (the lab's compute model), due again in a day
+SCHEDULE = "--weekly 0 --daily-args='--full --only gpu.memtest'"
 
 
 def machine_sysctls() -> dict[str, str]:
@@ -122,9 +124,8 @@ def kept_reports(node: str) -> list[dict]:
     return [json.loads(text) for text in done.stdout.split(cut) if text.strip()]
 
 
-def job_pods(plane) -> list[dict]:
-    return plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=job-name%3Dgpucheck-full-node01")[
-        "items"]
+def job_pods(plane, job: str = "gpucheck-full-node01") -> list[dict]:
+    return plane.request("GET", f"/api/v1/namespaces/gpucheck/pods?labelSelector=job-name%3D{job}")["items"]
 
 
 def test_a_user_pod_preempts_gpuchecks_full_job_which_is_kept_as_preempted_and_started_again(plane) -> None:
@@ -169,6 +170,31 @@ PASSIVE = kubekit.gpucheck_taint("passive")
 NODE_YAML = "profile: lab-kubernetes\nbreaker: {fleet_fraction: 1.0, group_fraction: 1.0}\n"
 
 
+def scheduled_job(plane, node: str) -> dict:
+    try:
+        return plane.request("GET", f"/apis/batch/v1/namespaces/gpucheck/jobs/gpucheck-daily-{node}")
+    except LabError as exc:
+        if "HTTP 404" in str(exc):
+            return {}
+        raise
+
+
+def scheduling(plane) -> str:
+    """What the scheduled checks came to: the Jobs' status, their pods', the DaemonSet pods' last lines."""
+    said = [f"job {node}: {scheduled_job(plane, node).get('status')}" for node in NODES]
+    for node in NODES:
+        said += [f"pod {p['metadata']['name']}: {p['status']}" for p in job_pods(plane, f"gpucheck-daily-{node}")]
+    daemons = plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=app.kubernetes.io%2Fcomponent%3D"
+                                   "node-check")["items"]
+    for pod in daemons:
+        try:
+            logs = plane.kubectl("logs", "-n", "gpucheck", pod["metadata"]["name"], "-c", "gpucheck", "--tail", "15")
+        except LabError as exc:
+            logs = str(exc)
+        said.append(f"daemonset pod on {pod['spec'].get('nodeName')}: {logs[-3000:]}")
+    return "\n".join(said)
+
+
 def gpucheck_says(plane, name: str) -> tuple[list[dict], str, str]:
     """(gpucheck's taint, the health label, the condition's status) on Node `name`."""
     node = plane.request("GET", f"/api/v1/nodes/{name}")
@@ -181,8 +207,11 @@ def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admin
     """deploy/kubernetes/30-daemonset.yaml on both nodes through the lab's toolkit, a run every 2 s (not 300):
     node02, planted with uncorrectable ECC errors before it starts, gets gpucheck's taint, condition and label from
     its own pod's passive run; node01, cordoned and tainted by its admin, is judged pass with both left as they
-    were; once node02's GPUs are healthy again, its next run clears what gpucheck set."""
+    were; once node02's GPUs are healthy again, its next run clears what gpucheck set. Then its SCHEDULE set, each
+    pod keeps its own Node's scheduled check as a Job (gpucheck schedule --kubernetes, with the pod's account):
+    node02's runs and passes; node01's waits, its admin's cordon keeping it away as it keeps a user's pod."""
     plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
+    plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/20-priorityclass.yaml"))
     for name in NODES:
         lab_cli("ssh", name, "--", f"mkdir -p /etc/gpucheck && printf '{NODE_YAML}' > /etc/gpucheck/node.yaml")
     plane.kubectl("cordon", "node01")
@@ -205,8 +234,28 @@ def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admin
                  "node02 cleared by its next run", EVERY_S)
         node01 = plane.request("GET", "/api/v1/nodes/node01")
         assert ADMIN in node01["spec"]["taints"] and node01["spec"]["unschedulable"] is True, node01["spec"]
+        gpus = {"status": {"capacity": {"nvidia.com/gpu": "2"}}}  # what NVIDIA's device plugin would advertise
+        for name in NODES:
+            plane.request("PATCH", f"/api/v1/nodes/{name}/status", gpus, "application/strategic-merge-patch+json")
+        wait_for(lambda: all(plane.request("GET", f"/api/v1/nodes/{name}")["status"]["allocatable"].get(
+            "nvidia.com/gpu") == "2" for name in NODES), WAIT_S, "2 GPUs allocatable on each node", EVERY_S)
+        check["env"] = [{"name": "SCHEDULE", "value": SCHEDULE} if e["name"] == "SCHEDULE" else e
+                        for e in check["env"]]
+        plane.kubectl("apply", "-f", "-", input=json.dumps(daemonset))  # the pods made again, one at a time
+        try:
+            done = wait_for(lambda: (scheduled_job(plane, "node02").get("status") or {}).get("succeeded"),
+                            3 * WAIT_S, "node02's scheduled daily Job succeeded", EVERY_S)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {scheduling(plane)}") from None
+        assert done == 1 and "gpucheck/last-active-pass" in plane.request(
+            "GET", "/api/v1/nodes/node02")["metadata"]["labels"]
+        [waiting] = wait_for(lambda: [p for p in job_pods(plane, "gpucheck-daily-node01") if (kubekit.condition(
+            p, "PodScheduled") or {}).get("reason") == "Unschedulable"], WAIT_S, "node01's Job unschedulable", EVERY_S)
+        assert waiting["status"]["phase"] == "Pending", waiting["status"]
     finally:
         plane.kubectl("delete", "daemonset", "-n", "gpucheck", "gpucheck-node", "--wait=false")
+        # the Jobs and their pods before the cordon goes: node01's would start there
+        plane.kubectl("delete", "jobs,pods", "-n", "gpucheck", "-l", "app.kubernetes.io/component=scheduled-check")
         plane.kubectl("uncordon", "node01")
         plane.kubectl("taint", "node", "node01", f"{ADMIN['key']}-")
 

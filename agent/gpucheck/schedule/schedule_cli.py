@@ -1,5 +1,6 @@
-"""`gpucheck schedule`: queue each node's scheduled active checks in Slurm (docs/slurm.md). Bad input and a Slurm
-that cannot be asked are one line and exit 3."""
+"""`gpucheck schedule`: queue each node's scheduled active checks in Slurm (docs/slurm.md), or keep them as
+Kubernetes Jobs with --kubernetes (kube_queue.py, docs/kubernetes.md). Bad input and a Slurm or an API server that
+cannot be asked are one line and exit 3."""
 
 from __future__ import annotations
 
@@ -26,7 +27,14 @@ the node's kept reports say "preempted", never a failure. A check that fails dra
 next one EVERY later, so squeue shows when every node's next check begins. Run it again at any time: a node and
 kind already queued is left as it is.
 
-exit codes: 0 done; 3 bad input, or Slurm could not be asked (not a Slurm client, slurmctld down, no partition).
+With --kubernetes, each GPU Node gets one Job per kind, gpucheck-KIND-NODE in namespace gpucheck: the DaemonSet's
+gpucheck container (your image) running gpucheck node --kubernetes --scheduled KIND on that Node alone, holding
+its GPUs at the PriorityClass gpucheck-active, which every user pod preempts (kept as preempted, never a failure).
+A Job that ended stays until its kind is due again (EVERY after it ended), then it is replaced: run this again on
+an interval (the DaemonSet does, for its own Node, when its SCHEDULE is set: deploy/kubernetes/30-daemonset.yaml).
+
+exit codes: 0 done; 3 bad input, or Slurm or the API server could not be asked (not a Slurm client, slurmctld
+down, no partition; no kubeconfig, the rights of deploy/kubernetes/10-rbac.yaml missing).
 
 examples:
   gpucheck schedule                        daily light checks and a weekly burn-in on every node of the partition
@@ -36,6 +44,8 @@ examples:
   gpucheck schedule --nodes node07,node08  only these nodes
   gpucheck schedule --off                  cancel every scheduled check
   squeue -p gpucheck -o "%.10i %.32j %.9T %S"   the schedule, as Slurm has it
+  gpucheck schedule --kubernetes --kubeconfig ~/.kube/config --weekly 0   daily Jobs on every GPU Node
+  kubectl -n gpucheck get jobs -l app.kubernetes.io/component=scheduled-check   the Jobs, as Kubernetes has them
 """
 
 
@@ -105,7 +115,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpucheck", default="gpucheck", metavar="PATH", help="the gpucheck command on the nodes "
                    "(default: %(default)s, on the job's PATH)")
     p.add_argument("--dry-run", action="store_true", help="say what would be queued, queue nothing")
-    p.add_argument("--off", action="store_true", help="cancel every scheduled check in the partition")
+    p.add_argument("--off", action="store_true", help="cancel every scheduled check in the partition (with "
+                   "--kubernetes: delete their Jobs)")
+    p.add_argument("--kubernetes", action="store_true", help="keep them as Kubernetes Jobs instead of Slurm jobs "
+                   "(below the epilog)")
+    p.add_argument("--kubeconfig", metavar="PATH", help="with --kubernetes: the kubeconfig (default: in a pod its "
+                   "service account, else $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--namespace", default="gpucheck", help="with --kubernetes: gpucheck's namespace, where the "
+                   "Jobs go (default: %(default)s)")
+    p.add_argument("--daemonset", default="gpucheck-node", metavar="NAME", help="with --kubernetes: gpucheck's "
+                   "DaemonSet, whose pod the Jobs' pods are made from (default: %(default)s)")
     p.add_argument("--next", choices=jobs.KINDS, help=argparse.SUPPRESS)  # a job queuing its own successor
     p.add_argument("--node", help=argparse.SUPPRESS)
 
@@ -117,6 +136,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                              gpucheck=args.gpucheck)
     if bool(args.next) != bool(args.node):
         fail("--next and --node go together (the scheduled job queuing its successor)")
+    if args.kubernetes:
+        return on_kubernetes(settings, args)
+    if args.kubeconfig:
+        fail("--kubeconfig goes with --kubernetes")
     try:
         if args.off:
             return cancel_all(settings, args.dry_run)
@@ -125,6 +148,25 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         return queue_missing(settings, args.nodes, args.dry_run)
     except slurm.SlurmError as exc:
         fail(f"slurm: {exc}")
+
+
+def on_kubernetes(settings: jobs.Settings, args: argparse.Namespace) -> int:
+    from ..kubernetes.api import KubernetesError
+    from . import kube_queue
+
+    if args.next:
+        fail("--next is Slurm's (a job queuing its successor): with --kubernetes, run gpucheck schedule again")
+    if args.partition != jobs.DEFAULT_PARTITION:
+        fail("--partition is Slurm's: with --kubernetes the Jobs go to --namespace")
+    if not args.off and not settings.kinds():
+        fail("every kind of check is off (--daily 0 --weekly 0): nothing to schedule")
+    try:
+        queue = kube_queue.Queue(args.kubeconfig, args.namespace, args.daemonset)
+        if args.off:
+            return kube_queue.cancel_all(queue, args.dry_run)
+        return kube_queue.queue_due(settings, queue, [n for n in (args.nodes or "").split(",") if n], args.dry_run)
+    except KubernetesError as exc:
+        fail(f"kubernetes: {exc}")
 
 
 def cancel_all(settings: jobs.Settings, dry_run: bool) -> int:
