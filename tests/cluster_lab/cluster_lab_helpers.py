@@ -11,7 +11,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -242,7 +241,6 @@ FAULTY = "node04"
 class LabState:
     timings: dict[str, float] = field(default_factory=dict)
     figures: dict[str, object] = field(default_factory=dict)
-    provisioned: subprocess.CompletedProcess | None = None  # the lab's site.yml run (provision)
 
 
 def lab(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
@@ -309,8 +307,6 @@ def slurm_cmd(env: dict[str, str], *argv: str) -> str:
 # slurmd runs no HealthCheckProgram on a timer in these tests: they run it themselves, when they mean to. On its
 # 300-s timer it drained the faulty node between a test's resume and its `gpucheck cluster --drain` (seen in CI).
 NO_TIMED_HEALTH_CHECK = ("-e", "slurm_health_check_interval_s=0")
-# site.yml's validate stage: the task that fails the run when a node did not pass
-VALIDATE_VERDICT = "gpucheck_validate : Fail naming the nodes and checks that failed"
 
 
 def scheduler(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
@@ -330,39 +326,20 @@ def task_outcomes(output: str, task: str) -> dict[str, set[str]]:
     return outcomes
 
 
-def tasks_with(output: str, outcome: str) -> dict[str, set[str]]:
-    """Each task (`ROLE : NAME`) with this outcome (changed, fatal, ...) on some host in an ansible-playbook output,
-    with those hosts. A failure's message may hold blank lines: each result belongs to the last TASK header above
-    it (task_outcomes reads one task's block)."""
-    found: dict[str, set[str]] = {}
-    task = ""
-    for line in output.splitlines():
-        if header := re.match(r"^(?:TASK|RUNNING HANDLER) \[(.+?)\] \*", line):
-            task = header[1]
-        elif result := re.match(rf"^{outcome}: \[([^\]]+)\]", line):
-            found.setdefault(task, set()).add(result[1])
-    return found
-
-
 def changed(output: str) -> dict[str, int]:
     """Each host's changed count in a PLAY RECAP."""
     return {host: int(n) for host, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)}
 
 
-def provision(timeout: float = 2400) -> subprocess.CompletedProcess:
-    """ansible-playbook site.yml, whole, against the lab, as a user provisions it (slurmd's timed health check off).
-    On hosts from the golden image (itself a run of site.yml) it installs what the image cannot hold: this
-    checkout's agent, this lab's SSH keys and subnet for OpenMPI, and Slurm around admin01; the rest must change
-    nothing (test_a_site_yml.py). Its last stage, validate, fails naming the faulty node: any other failure is the
-    lab's and stops here."""
-    done = ansible_playbook("site.yml", *NO_TIMED_HEALTH_CHECK, timeout=timeout)
-    failed = {task: hosts for task, hosts in tasks_with(done.stdout, "fatal").items() if task != VALIDATE_VERDICT}
-    if "PLAY RECAP" not in done.stdout or failed:
-        with tempfile.NamedTemporaryFile("w", prefix="site-yml-", suffix=".log", delete=False) as whole:
-            whole.write(done.stdout + done.stderr)  # the run's whole output: the failure may be far from its end
-        raise AssertionError(f"site.yml on the cluster lab failed ({done.returncode}): {failed}; its output: "
-                             f"{whole.name}\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
-    return done
+def refresh_agent(timeout: float = 900) -> float:
+    """ansible-playbook site.yml --tags agent,mpi against the lab: the hosts run this checkout's agent, and OpenMPI
+    is set for this lab's subnet (the golden image may have been built by another lab instance, on its own)."""
+    began = time.monotonic()
+    done = ansible_playbook("site.yml", "--tags", "agent,mpi", timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"refreshing the agent failed ({done.returncode}):\n{done.stdout[-6000:]}\n"
+                             f"{done.stderr[-3000:]}")
+    return time.monotonic() - began
 
 
 def netns_exec(node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:

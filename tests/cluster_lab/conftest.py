@@ -1,7 +1,7 @@
 """Fixtures of the cluster-stage lab tests: one 4-host lab for the session (three simulated DGX H100s and
-one with uncorrected ECC errors) and its admin node admin01 (the Slurm controller: `slurm`), started from the
-golden image and provisioned by site.yml whole (this checkout's agent, Slurm), always taken down at the end. Needs
-root and no other lab on the machine: skipped otherwise, failed under CI (labkit.lab_unavailable)."""
+one with uncorrected ECC errors) and its admin node admin01 (the Slurm controller: `slurm`),
+provisioned from the golden image, with this checkout's agent, always taken down at the end. Needs root and
+no other lab on the machine: skipped otherwise, failed under CI (labkit.lab_unavailable)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from cluster_lab_helpers import GOLDEN_GLOB, ROOT, SCENARIOS, LabState, lab, provision
+from cluster_lab_helpers import FAULTY, GOLDEN_GLOB, ROOT, SCENARIOS, LabState, changed, lab, refresh_agent, scheduler
 
 from lab import config
 from labkit import lab_unavailable, require_root
@@ -37,9 +37,7 @@ def lab4() -> Iterator[LabState]:
         began = time.monotonic()
         lab("up", "--admin", "--hosts", "4", "--scenarios", ",".join(SCENARIOS), timeout=1200)
         state.timings["lab_up_s"] = round(time.monotonic() - began, 1)
-        began = time.monotonic()
-        state.provisioned = provision()
-        state.timings["site_yml_s"] = round(time.monotonic() - began, 1)
+        state.timings["agent_refresh_s"] = round(refresh_agent(), 1)
         yield state
     finally:
         lab("down", check=False, timeout=600)
@@ -48,8 +46,13 @@ def lab4() -> Iterator[LabState]:
 
 @pytest.fixture(scope="session")
 def slurm(lab4: LabState) -> dict[str, str]:
-    """This machine as a client of admin01's slurmctld (site.yml's scheduler stage set it up in `lab4`): the
-    environment scontrol, sinfo, squeue and sbatch need here."""
+    """The scheduler stage run for real (twice: the second changes nothing), then this machine as a client of
+    admin01's slurmctld: the environment scontrol, sinfo, squeue and sbatch need here."""
+    first = scheduler()
+    assert set(changed(first.stdout)) == {"admin01", "node01", "node02", "node03", FAULTY}
+    lab4.figures["scheduler_first_run_changed"] = changed(first.stdout)
+    again = scheduler()
+    assert set(changed(again.stdout).values()) == {0}, again.stdout[-4000:]
     sys.path.insert(0, str(ROOT))
     from lab import slurm as lab_slurm
 

@@ -119,8 +119,8 @@ PERSISTENCED = ("nvidia-persistenced", "535.261.03-1")
 
 def test_persistenced_ships_debians_unit_and_needs_the_driver(repo, tmp_path) -> None:
     """Debian's unit and maintainer script, unchanged in what they do; without a driver (no NVML) the daemon fails
-    as NVIDIA's does, before it writes anything. Running under systemd with the role's drop-in: tests/cluster_lab/
-    test_a_site_yml.py, on the lab's hosts."""
+    as NVIDIA's does, before it writes anything. Running under systemd with the role's drop-in: tests/ansible/
+    test_site_lab.py, on the lab's hosts."""
     root = repo.unpack(*PERSISTENCED, tmp_path / "root")
     unit = unit_fields((root / "lib/systemd/system/nvidia-persistenced.service").read_text())
     assert unit["Type"] == "forking" and unit["ExecStart"] == "/usr/bin/nvidia-persistenced --user nvpd"

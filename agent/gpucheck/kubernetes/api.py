@@ -39,6 +39,10 @@ class Conflict(KubernetesError):
     """The Node changed since it was read."""
 
 
+class NotFound(KubernetesError):
+    """The object asked for does not exist (404)."""
+
+
 class Everywhere(KubernetesError):
     """A refusal that every Node would meet: the API server does not answer, or refuses the credentials or the
     rights."""
@@ -162,8 +166,8 @@ def call(what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     except ApiException as exc:
         if exc.status == 409:
             raise Conflict(f"cannot {what}: it changed meanwhile") from None
-        raise (Everywhere if exc.status in (401, 403) else KubernetesError)(f"cannot {what}: {_refusal(exc)}") \
-            from None
+        kind = Everywhere if exc.status in (401, 403) else NotFound if exc.status == 404 else KubernetesError
+        raise kind(f"cannot {what}: {_refusal(exc)}") from None
     except (HTTPError, OSError, ValueError) as exc:
         raise Everywhere(f"cannot {what}: the API server did not answer ({_one_line(exc)})") from None
 

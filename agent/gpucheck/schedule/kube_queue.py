@@ -1,6 +1,6 @@
 """`gpucheck schedule --kubernetes`: each GPU Node's scheduled checks as Jobs (kube_jobs.py), through the API with
 the official client, read and written as JSON (as kubernetes/api.py does). Its rights are deploy/kubernetes/
-10-rbac.yaml's Role gpucheck-schedule: get the DaemonSet, list, create and delete Jobs, in gpucheck's
+10-rbac.yaml's Role gpucheck-schedule: get the DaemonSet, get, list, create and delete Jobs, in gpucheck's
 namespace; and list Nodes (the ClusterRole's)."""
 
 from __future__ import annotations
@@ -41,10 +41,18 @@ class Queue:
         return self._template
 
     def scheduled(self) -> dict[str, dict[str, Any]]:
+        """Every scheduled check's Job in the namespace, by name."""
         selector = ",".join(f"{k}={v}" for k, v in kube_jobs.COMPONENT.items())
         listed = api.call(f"list the Jobs in {self.namespace}", self.batch.list_namespaced_job, self.namespace,
                           label_selector=selector)
         return {job["metadata"]["name"]: job for job in listed.get("items") or []}
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        try:
+            return api.call(f"read Job {self.namespace}/{name}", self.batch.read_namespaced_job, name,
+                            self.namespace)
+        except api.NotFound:
+            return None
 
     def create(self, manifest: dict[str, Any]) -> None:
         api.call(f"create Job {self.namespace}/{manifest['metadata']['name']}", self.batch.create_namespaced_job,
@@ -63,7 +71,10 @@ def queue_due(settings: jobs.Settings, queue: Queue, names: list[str], dry_run: 
     if not nodes:
         print(f"no GPU node to schedule: none matches DaemonSet {queue.namespace}/{queue.daemonset}'s nodeSelector")
         return 0
-    present = queue.scheduled()
+    # named nodes (a DaemonSet pod asks for its own, every round): their Jobs by name, not every Job listed
+    present = queue.scheduled() if not names else {
+        name: job for node in nodes for kind in settings.kinds()
+        if (job := queue.job(name := kube_jobs.job_name(kind, node["metadata"]["name"]))) is not None}
     now = dt.datetime.now(dt.timezone.utc)
     refused = 0
     for node in nodes:
