@@ -20,6 +20,7 @@ from typing import Any
 
 from ..kubernetes.api import GPU_RESOURCE
 from ..kubernetes.node_rule import EFFECT, TAINT_KEY
+from .jobs import job_name
 
 PRIORITY_CLASS = "gpucheck-active"  # deploy/kubernetes/20-priorityclass.yaml: below every user pod
 COMPONENT = {"app.kubernetes.io/name": "gpucheck", "app.kubernetes.io/component": "scheduled-check"}
@@ -28,10 +29,6 @@ NODE_ANNOTATION = "gpucheck/node"  # a Node's name need not be a valid label val
 CONTAINER = "gpucheck"  # the DaemonSet's container the Job's pod is made from
 BACKOFF_LIMIT = 6  # a preempted pod may count as failed (it exits 3): the Job still starts it again
 GRACE_S = 30  # time to ask how the pod was stopped and keep the report
-
-
-def job_name(kind: str, node: str) -> str:
-    return f"gpucheck-{kind}-{node}"
 
 
 def job_manifest(template: dict[str, Any], kind: str, node: str, node_args: list[str], gpus: int,
@@ -79,10 +76,16 @@ def gpus_of(node: dict[str, Any]) -> int:
 
 def ended_at(job: dict[str, Any]) -> dt.datetime | None:
     """When the Job completed or failed for good (its condition Complete or Failed), or None while it lives."""
+    end = _end(job)
+    return end[1] if end else None
+
+
+def _end(job: dict[str, Any]) -> tuple[str, dt.datetime] | None:
+    """(Complete or Failed, when) of a Job that ended, or None."""
     for condition in job.get("status", {}).get("conditions") or []:
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
             when = condition.get("lastTransitionTime") or job["status"].get("completionTime")
-            return _time(when) if when else dt.datetime.now(dt.timezone.utc)
+            return condition["type"], _time(when) if when else dt.datetime.now(dt.timezone.utc)
     return None
 
 
@@ -95,19 +98,14 @@ class Decision:
 def decide(job: dict[str, Any] | None, every_s: int, now: dt.datetime) -> Decision:
     if job is None:
         return Decision("create", "none yet")
-    ended = ended_at(job)
-    if ended is None:
+    end = _end(job)
+    if end is None:
         return Decision("keep", "waiting or running (a user pod preempts it)")
-    how = "failed" if _failed(job) else "completed"
+    how, ended = {"Complete": "completed", "Failed": "failed"}[end[0]], end[1]
     due = ended + dt.timedelta(seconds=every_s)
     if now >= due:
         return Decision("replace", f"the last one {how} {_stamp(ended)}")
     return Decision("keep", f"the last one {how} {_stamp(ended)}; the next is due {_stamp(due)}")
-
-
-def _failed(job: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Failed" and c.get("status") == "True"
-               for c in job.get("status", {}).get("conditions") or [])
 
 
 def _time(text: str) -> dt.datetime:

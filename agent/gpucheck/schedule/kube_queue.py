@@ -6,6 +6,7 @@ namespace; and list Nodes (the ClusterRole's)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import shlex
 from typing import Any
 
@@ -28,17 +29,17 @@ class Queue:
         """The Nodes named, or every Node the DaemonSet's nodeSelector picks (its GPU nodes)."""
         if names:
             return [api.read_node(self.core, name) for name in names]
-        selector = self.template().get("spec", {}).get("nodeSelector") or {}
+        selector = self.template.get("spec", {}).get("nodeSelector") or {}
         listed = api.call("list Nodes", self.core.list_node,
                           label_selector=",".join(f"{k}={v}" for k, v in selector.items()))
         return listed.get("items") or []
 
+    @functools.cached_property
     def template(self) -> dict[str, Any]:
-        if not hasattr(self, "_template"):
-            found = api.call(f"read DaemonSet {self.namespace}/{self.daemonset}",
-                             self.apps.read_namespaced_daemon_set, self.daemonset, self.namespace)
-            self._template = found.get("spec", {}).get("template") or {}
-        return self._template
+        """The DaemonSet's pod template, read once."""
+        found = api.call(f"read DaemonSet {self.namespace}/{self.daemonset}", self.apps.read_namespaced_daemon_set,
+                         self.daemonset, self.namespace)
+        return found.get("spec", {}).get("template") or {}
 
     def scheduled(self) -> dict[str, dict[str, Any]]:
         """Every scheduled check's Job in the namespace, by name."""
@@ -74,14 +75,14 @@ def queue_due(settings: jobs.Settings, queue: Queue, names: list[str], dry_run: 
     # named nodes (a DaemonSet pod asks for its own, every round): their Jobs by name, not every Job listed
     present = queue.scheduled() if not names else {
         name: job for node in nodes for kind in settings.kinds()
-        if (job := queue.job(name := kube_jobs.job_name(kind, node["metadata"]["name"]))) is not None}
+        if (job := queue.job(name := jobs.job_name(kind, node["metadata"]["name"]))) is not None}
     now = dt.datetime.now(dt.timezone.utc)
     refused = 0
     for node in nodes:
         name = node["metadata"]["name"]
         gpus = kube_jobs.gpus_of(node)
         for kind in settings.kinds():
-            job_name = kube_jobs.job_name(kind, name)
+            job_name = jobs.job_name(kind, name)
             if not gpus:
                 print(f"{job_name}: not scheduled: Node {name} offers no {api.GPU_RESOURCE} (is NVIDIA's device "
                       "plugin running there?)")
@@ -97,7 +98,7 @@ def queue_due(settings: jobs.Settings, queue: Queue, names: list[str], dry_run: 
             try:
                 if decision.verb == "replace":
                     queue.delete(job_name)
-                queue.create(kube_jobs.job_manifest(queue.template(), kind, name, settings.args[kind], gpus,
+                queue.create(kube_jobs.job_manifest(queue.template, kind, name, settings.args[kind], gpus,
                                                     queue.namespace, settings.gpucheck))
             except api.Everywhere:
                 raise
