@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.kubernetes]
 NODES = ("node01", "node02")
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")  # what the kubelet would set
 WAIT_S, EVERY_S = 90.0, 0.3  # each event waited for (an API call, or an SSH, per look)
-# the DaemonSet's scheduled checks: daily only, one cheap active check (the lab's compute model), due again in a day
+# the DaemonSet's scheduled checks: daily only, one active check (minutes on the lab's simulated GPUs), due again
+# in a day
 SCHEDULE = "--weekly 0 --daily-args='--full --only gpu.memtest'"
 
 
