@@ -1,11 +1,11 @@
-"""gpucheck watch on the lab's nodes, for real: turned on by site.yml's agent stage (gpucheck_agent_watch, its
-systemd unit under each node's own systemd, the breaker's fleet share set to a half), it drains node01 in admin01's
-slurmctld as an Xid line is logged (the lab's kernel log file: lab/kernel_log.py) and as the node's simulated GPU
-steps its ECC counter (`lab fault ... scenario`, which a running NVML sees); a thermal slowdown and Fabric Manager
-stopping drain theirs; with three of the four nodes failing at once, the breaker holds the third drain; a GPU reset
-returns a node after its proof and hands one whose fault survives it to a person; turned off
-again by the same stage, it leaves no watcher behind. The latency is bench/watch_latency.py's own measurement (a few
-plants here; its 20 are the issue's figure)."""
+"""gpucheck watch on the lab's nodes, for real: turned on by site.yml's agent stage, its watch part alone
+(`--tags watch`: gpucheck_agent_watch, its systemd unit under each node's own systemd, the breaker's fleet share set
+to a half), it drains node01 in admin01's slurmctld as an Xid line is logged (the lab's kernel log file:
+lab/kernel_log.py) and as the node's simulated GPU steps its ECC counter (`lab fault ... scenario`, which a running
+NVML sees); a thermal slowdown and Fabric Manager stopping drain theirs; with three of the four nodes failing at
+once, the breaker holds the third drain; a GPU reset returns a node after its proof and hands one whose fault
+survives it to a person; turned off again by the same stage, it leaves no watcher behind. The latency is
+bench/watch_latency.py's own measurement (a few plants here; its 20 are the issue's figure)."""
 
 from __future__ import annotations
 
@@ -25,10 +25,11 @@ NODES = ("node01", "node02", "node03", FAULTY)
 
 
 def agent_stage(watch: bool) -> None:
-    """The agent stage on every GPU node: the watcher on or off. While it is on, the nodes are judged as the DGX H100s
-    they simulate (checks/lab.yaml leaves Fabric Manager out, which the watcher's test needs in)."""
+    """The agent stage's watch part on every GPU node (the agent is the lab's, `lab4`): the watcher on or off. While
+    it is on, the nodes are judged as the DGX H100s they simulate (checks/lab.yaml leaves Fabric Manager out, which
+    the watcher's test needs in)."""
     profile = ["-e", "gpucheck_agent_profile=dgx-h100"] if watch else []
-    done = ansible_playbook("site.yml", "--tags", "agent", "--limit", "gpu_nodes", "-e",
+    done = ansible_playbook("site.yml", "--tags", "watch", "--limit", "gpu_nodes", "-e",
                             f"gpucheck_agent_watch={watch}", "-e", "gpucheck_agent_breaker_fleet_fraction=0.5",
                             *profile, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
