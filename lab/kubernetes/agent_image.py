@@ -1,8 +1,10 @@
 """The gpucheck image the lab's nodes run (deploy/kubernetes's `gpucheck:latest`, here `lab.local/gpucheck:lab`),
 packed without a registry or a container builder: this machine's Debian python3.11 with the libraries it and the
 packages load (found with ldd), the agent from this checkout, and its dependencies (`gpucheck[kubernetes]`, and
-numpy for the lab's fake CuPy) copied from this virtualenv with their compiled bytecode. Cached by all of that
-(the agent's source among it, so a changed agent makes a new image)."""
+numpy for the lab's fake CuPy) copied from this virtualenv with their compiled bytecode. It stands in for a site's
+training image too (deploy/kubernetes/jobs/mpi.yaml's): Debian's OpenMPI, OpenSSH's server and client, and a passwd
+naming root and sshd's privilege-separation user. Cached by all of that (the agent's source among it, so a changed
+agent makes a new image)."""
 
 from __future__ import annotations
 
@@ -26,15 +28,21 @@ from lab.run import run
 IMAGE = "lab.local/gpucheck:lab"
 PREFIX = "kubernetes-gpucheck-image-"
 PYTHON_PACKAGES = ("python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib")
+# mpirun and its daemons, with the plugins OpenMPI and PMIx load by name (ldd does not see them), and sshd, ssh and
+# ssh-keygen: what an MPI job's pods run (cluster/mpi_pods.py)
+MPI_PACKAGES = ("openmpi-bin", "libopenmpi3", "openmpi-common", "libpmix2", "openssh-server", "openssh-client")
 # the manifests' `sh -c` loops; dmesg, which gpu.xid reads the kernel log with (a privileged container reads the
 # host's: the ring buffer is the kernel's)
-TOOLS = ("/usr/bin/dash", "/usr/bin/sleep", "/usr/bin/env", "/usr/bin/dmesg")
+TOOLS = ("/usr/bin/dash", "/usr/bin/sleep", "/usr/bin/env", "/usr/bin/dmesg", "/usr/bin/hostname", "/usr/bin/mkdir",
+         "/usr/bin/mpirun")
 ROOTS = (("gpucheck", ("kubernetes",)), ("numpy", ()))  # numpy: the lab's fake CuPy (lab/compute.py)
 SITE = "/usr/local/lib/python3.11/dist-packages"  # on Debian's python3.11's path
 AGENT = Path(__file__).resolve().parents[2] / "agent" / "gpucheck"
 SKIPPED = re.compile(r"^/usr/share/(doc|man|lintian)/")
 # the packages' own test suites, and the asyncio client of kubernetes>=35 (66 MB) that gpucheck never imports
 NOT_RUN = re.compile(r"(^|/)tests?/|^kubernetes/aio/")
+USERS = {"/etc/passwd": b"root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/usr/sbin/nologin\n",
+         "/etc/group": b"root:x:0:\nnogroup:x:65534:\n"}
 ENTRY = b"#!/usr/bin/python3.11\nimport sys\n\nfrom gpucheck.main import main\n\nsys.exit(main())\n"  # pip's script
 MERGED_USR = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64"}
 
@@ -75,7 +83,7 @@ def package_files(packages: Iterable[str]) -> list[str]:
 
 def content() -> tuple[dict[str, Path | bytes], dict[str, str]]:
     """(files: image path -> source or content, links: image path -> target) of the whole image."""
-    files: dict[str, Path | bytes] = {"/usr/local/bin/gpucheck": ENTRY}
+    files: dict[str, Path | bytes] = {"/usr/local/bin/gpucheck": ENTRY, **USERS}
     links: dict[str, str] = dict(MERGED_USR)
     for dist in distributions():
         base = Path(dist.locate_file(""))
@@ -84,7 +92,7 @@ def content() -> tuple[dict[str, Path | bytes], dict[str, str]]:
             if not str(rel).startswith("..") and not NOT_RUN.search(str(rel)) and source.is_file():
                 files[f"{SITE}/{rel}"] = source
     files.update(agent_files())
-    for path in package_files(PYTHON_PACKAGES) + list(TOOLS):
+    for path in package_files(PYTHON_PACKAGES + MPI_PACKAGES) + list(TOOLS):
         _add_real(path, files, links)
     paths = [source for source in files.values() if isinstance(source, Path)]
     bundled = {os.path.realpath(source) for source in paths}  # a wheel's own libraries (numpy.libs)

@@ -2,7 +2,9 @@
 node gets the lab's gpucheck image (agent_image.py) and the host's simulated GPUs, mounted from the host as the
 toolkit mounts a real driver's libraries into a container: the fake NVML library where the driver's would be, the
 host's scenario and reset layer, the fake CuPy and the environment that names it (lab/compute.py), the simulated
-PCI bus (GPUCHECK_SYSFS_ROOT). deploy/kubernetes's manifests are applied through `for_lab`, never edited."""
+PCI bus (GPUCHECK_SYSFS_ROOT). The same image stands in for a site's training image (deploy/kubernetes/jobs/
+mpi.yaml's), told to keep OpenMPI's traffic on the lab's subnet as the mpi role tells the lab's hosts.
+deploy/kubernetes's manifests are applied through `for_lab`, never edited."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from urllib.parse import urlsplit
 from lab import compute, config, gpus
 from lab.kubernetes import agent_image
 
-SITE_IMAGE = "gpucheck:latest"  # what deploy/kubernetes names
+SITE_IMAGES = ("gpucheck:latest", "training:latest")  # what deploy/kubernetes names
 MOUNTS = {"fake-nvml": (config.LAB_NVML_PATH, config.NVML_PATH, "File"),
           "fake-nvml-scenario": (config.FAKENVML_DIR, config.FAKENVML_DIR, "Directory"),
           "fake-nvml-reset": (gpus.RESET_DIR, gpus.RESET_DIR, "Directory"),
@@ -32,9 +34,12 @@ def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None)
     env = [{"name": name, "value": value}
            for name, value in {**compute.environment(), config.SYSFS_ENV: config.FAKE_SYSFS_DIR,
                                "KUBERNETES_SERVICE_HOST": address.hostname or "",
-                               "KUBERNETES_SERVICE_PORT": str(address.port)}.items()]
+                               "KUBERNETES_SERVICE_PORT": str(address.port),
+                               # the hosts' CNI bridge is no way between them (mpirun hands these on)
+                               "OMPI_MCA_btl_tcp_if_include": config.DEFAULT_SUBNET,
+                               "OMPI_MCA_oob_tcp_if_include": config.DEFAULT_SUBNET}.items()]
     for container in spec["containers"]:
-        if container.get("image") != SITE_IMAGE:
+        if container.get("image") not in SITE_IMAGES:
             continue
         container["image"], container["imagePullPolicy"] = agent_image.IMAGE, "Never"
         container["env"] = [*container.get("env", []), *env]

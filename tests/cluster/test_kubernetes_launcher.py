@@ -1,6 +1,6 @@
-"""--launcher kubernetes without a cluster: what it refuses in one line and exit 3 before anything starts, and the
-pod it makes for a node from the site's template. The node checks as pods on real kubelets:
-tests/kubernetes/test_lab_nodes.py."""
+"""--launcher kubernetes without a cluster: what it refuses in one line and exit 3 before anything starts, the
+pod it makes for a node from the site's template, and the MPI job's pods. The node checks and the MPI stage as pods
+on real kubelets: tests/kubernetes/test_lab_nodes.py."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import pytest
 import yaml
 from cluster_helpers import run_cluster
 
-from gpucheck.cluster import pods
+from gpucheck.cluster import mpi_pods, pods
 from gpucheck.cluster.context import Options
+from gpucheck.cluster.layout import Layout
 from support import ROOT
 
 TEMPLATE = ROOT / "deploy" / "kubernetes" / "jobs" / "check.yaml"
+JOB_TEMPLATE = ROOT / "deploy" / "kubernetes" / "jobs" / "mpi.yaml"
 
 
 @pytest.fixture
@@ -25,14 +27,21 @@ def inventory(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["--pod-template", str(TEMPLATE)], "--kubeconfig and --pod-template are --launcher kubernetes's"),
+    (["--pod-template", str(TEMPLATE)], "--kubeconfig, --pod-template and --job-template are --launcher kubernetes's"),
+    (["--job-template", str(JOB_TEMPLATE)], "--kubeconfig, --pod-template and --job-template are --launcher "
+                                            "kubernetes's"),
     (["--launcher", "kubernetes"], "--launcher kubernetes: give --pod-template FILE"),
     (["--launcher", "kubernetes", "--pod-template", "/nonexistent.yaml"], "--pod-template /nonexistent.yaml: No "
                                                                           "such file or directory"),
     (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--kubeconfig", "/nonexistent"],
      "--launcher kubernetes: no Kubernetes configuration from /nonexistent"),
     (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--stages", "consistency,mpi"],
-     "--launcher kubernetes does not run stage mpi yet"),
+     "--launcher kubernetes does not run stage mpi (no --job-template)"),
+    (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--job-template", str(JOB_TEMPLATE), "--stages",
+      "consistency,mpi,allreduce"], "--launcher kubernetes does not run stage allreduce (not run through Kubernetes "
+                                    "yet)"),
+    (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--job-template", str(TEMPLATE.parent)],
+     f"--job-template {TEMPLATE.parent}: Is a directory"),
 ])
 def test_what_it_cannot_do_is_one_line_and_exit_3_before_anything_runs(inventory, tmp_path, args, says) -> None:
     done = run_cluster(["-i", str(inventory), "--report", str(tmp_path / "report"), *args])
@@ -51,3 +60,34 @@ def test_a_nodes_pod_is_the_templates_bound_to_the_node_running_the_agent_as_ove
     assert spec["containers"][0]["command"] == ["/opt/gpucheck/bin/gpucheck", "node", "--format", "json",
                                                 "--profile", "dgx-h100", "--full"]
     assert spec["containers"][0]["image"] == "gpucheck:latest"  # the site's, as its template says
+
+
+def test_an_mpi_jobs_pods_are_the_job_templates_on_the_nodes_network_sharing_the_jobs_key() -> None:
+    """A worker runs sshd on the job's port with the job's key its only way in; the launcher runs mpirun on the
+    first node, every rank with the job's environment, reaching the workers by their Nodes' addresses on that
+    port; both bound to their Node, on its network, their Secret mounted owner-read-only."""
+    base = pods.template(str(JOB_TEMPLATE), "--job-template")
+    worker = mpi_pods.pod(base, "gpucheck-mpi-1-gpu-b", "gpu-b", mpi_pods.sshd_command(24680), {}, "gpucheck-mpi-1",
+                          180)
+    spec = worker["spec"]
+    assert (spec["nodeName"], spec["hostNetwork"], spec["restartPolicy"], spec["activeDeadlineSeconds"]) == (
+        "gpu-b", True, "Never", 180)
+    assert spec["containers"][0]["image"] == "training:latest"  # the site's, as its template says
+    sshd = spec["containers"][0]["command"][-1]
+    assert "exec /usr/sbin/sshd -D -e -f /dev/null -p 24680 " in sshd
+    assert f"-o AuthorizedKeysFile={mpi_pods.KEY_DIR}/authorized_keys" in sshd
+    assert {"name": "gpucheck-mpi-key", "secret": {"secretName": "gpucheck-mpi-1", "defaultMode": 0o400}} in (
+        spec["volumes"])
+    lay = Layout([("gpu-a", 2), ("gpu-b", 2)])
+    argv = mpi_pods.launcher_command(lay, {"gpu-a": "10.1.0.1", "gpu-b": "10.1.0.2"}, ["hostname"],
+                                     {"NCCL_DEBUG": "INFO"}, 24680)
+    assert argv[:5] == ["mpirun", "-np", "4", "-H", "10.1.0.1:2,10.1.0.2:2"] and argv[-1] == "hostname"
+    assert argv[argv.index("-x") + 1] == "NCCL_DEBUG" and "--tag-output" in argv
+    rsh = argv[argv.index("plm_rsh_args") + 1]
+    assert rsh.startswith(f"-p 24680 -i {mpi_pods.KEY_DIR}/id ") and "BatchMode=yes" in rsh
+    launcher = mpi_pods.pod(base, "gpucheck-mpi-1-launcher", "gpu-a", argv, {"NCCL_DEBUG": "INFO"},
+                            "gpucheck-mpi-1", 180)
+    assert launcher["spec"]["containers"][0]["command"] == argv
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in launcher["spec"]["containers"][0]["env"]
+    secret = mpi_pods.secret("gpucheck-mpi-1", "gpucheck", b"PRIVATE", b"PUBLIC")
+    assert secret["data"] == {"id": "UFJJVkFURQ==", "authorized_keys": "UFVCTElD"}

@@ -261,6 +261,36 @@ def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admin
         plane.kubectl("taint", "node", "node01", f"{ADMIN['key']}-")
 
 
+def lab_template(plane, tmp_path: Path, name: str) -> str:
+    """deploy/kubernetes/jobs/NAME through the lab's toolkit, as a file for gpucheck cluster's --*-template."""
+    path = tmp_path / f"{name}.json"
+    base = yaml.safe_load((REPO / "deploy/kubernetes/jobs" / name).read_text())
+    path.write_text(json.dumps(toolkit.for_lab(base, plane.server)))
+    return str(path)
+
+
+def test_the_mpi_stage_runs_through_kubernetes_a_rank_on_each_nodes_own_host(plane, tmp_path) -> None:
+    """`gpucheck cluster --launcher kubernetes --job-template`: the MPI stage's job as pods made from
+    deploy/kubernetes/jobs/mpi.yaml (the lab's image standing in for a training image): mpirun in a launcher pod on
+    node01 reaches a worker pod's sshd on node02 with the job's key, and each rank prints its own host's name. No
+    pod and no Secret of the job is left."""
+    plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
+    done = run_gpucheck(["cluster", "-i", str(INVENTORY), "--launcher", "kubernetes", "--kubeconfig",
+                         str(plane.kubeconfig), "--pod-template", lab_template(plane, tmp_path, "check.yaml"),
+                         "--job-template", lab_template(plane, tmp_path, "mpi.yaml"), "--profile", "lab-kubernetes",
+                         "--stages", "consistency,mpi", "--report", str(tmp_path / "report"), "--no-history"],
+                        timeout=300)
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    [mpi] = [r for r in report["cluster"] if r["check"] == "cluster.mpi"]
+    assert done.returncode == 0 and mpi["status"] == "pass", done.stdout + json.dumps(mpi, indent=1)
+    assert mpi["measured"]["hosts"] == {"node01": "node01", "node02": "node02"}, mpi["measured"]
+    assert "2 ranks on 2 nodes through Kubernetes" in mpi["reason"], mpi["reason"]
+    left = {kind: [item["metadata"]["name"] for item in plane.request(
+        "GET", f"/api/v1/namespaces/gpucheck/{kind}?labelSelector=app.kubernetes.io%2Fcomponent%3Dcluster-job")[
+        "items"] if not item["metadata"].get("deletionTimestamp")] for kind in ("pods", "secrets")}
+    assert left == {"pods": [], "secrets": []}, left
+
+
 def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path) -> None:
     """`gpucheck cluster --launcher kubernetes --drain`: each host's checks as a pod on its Node, made from
     deploy/kubernetes/jobs/check.yaml through the lab's toolkit; node02's GPU with uncorrectable ECC errors is the
@@ -268,14 +298,13 @@ def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path)
     said so."""
     plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
     lab_cli("fault", "node02", "scenario", "ecc-uncorrected")
-    template = tmp_path / "check-pod.json"
-    base = yaml.safe_load((REPO / "deploy/kubernetes/jobs/check.yaml").read_text())
-    template.write_text(json.dumps(toolkit.for_lab(base, plane.server)))
     done = run_gpucheck(["cluster", "-i", str(INVENTORY), "--launcher", "kubernetes", "--kubeconfig",
-                         str(plane.kubeconfig), "--pod-template", str(template), "--profile", "lab-kubernetes",
+                         str(plane.kubeconfig), "--pod-template", lab_template(plane, tmp_path, "check.yaml"),
+                         "--profile", "lab-kubernetes",
                          "--report", str(tmp_path / "report"), "--no-history", "--drain"], timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "leaves out stage network, mpi, allreduce, smoke, training, burn" in done.stdout
+    assert "leaves out stage network, allreduce, smoke, training, burn (not run through Kubernetes yet)" in done.stdout
+    assert "leaves out stage mpi (no --job-template)" in done.stdout
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     nodes = {name: node for name, node in report["nodes"].items()}
     assert (nodes["node01"]["status"], nodes["node02"]["status"]) == ("pass", "fail"), nodes

@@ -113,9 +113,13 @@ def add_parser(subparsers: Any) -> None:
                           "others over SSH, said why), the MPI, all-reduce, smoke and training jobs with srun "
                           "--mpi=pmix from this machine, a Slurm client (docs/slurm.md); kubernetes: the node checks "
                           "as a pod on each host's Node, made from --pod-template, through the API (--kubeconfig); "
-                          "the stages that start work across the nodes are left out (docs/kubernetes.md)")
+                          "the MPI stage's job as pods made from --job-template; the other stages that start work "
+                          "across the nodes are left out (docs/kubernetes.md)")
     ssh.add_argument("--pod-template", metavar="FILE", help="--launcher kubernetes: the Pod a node's checks run in, "
                      "with your gpucheck image and NVIDIA runtime (deploy/kubernetes/jobs/check.yaml)")
+    ssh.add_argument("--job-template", metavar="FILE", help="--launcher kubernetes: the Pod the MPI stage's launcher "
+                     "and workers run in, with your training image, OpenMPI and sshd (deploy/kubernetes/jobs/mpi.yaml;"
+                     " without it the stage is left out)")
     ssh.add_argument("--kubeconfig", metavar="FILE", help="--launcher kubernetes: the API's credentials (default: "
                      "in a pod its service account, else $KUBECONFIG, else ~/.kube/config)")
     _with_default(ssh, "--forks", whole_number, "N", "hosts checked at once (default: %(default)s)")
@@ -242,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
                       train_image_size=args.train_image_size, train_batch_size=args.train_batch_size,
                       train_iterations=args.train_iterations, drain=args.drain, launcher=args.launcher,
                       kubeconfig=args.kubeconfig, pod_template=args.pod_template,
+                      job_template=args.job_template,
                       history=args.history, no_history=args.no_history,
                       burn_seconds=args.burn_minutes if args.burn_minutes is not None else DEFAULTS.burn_seconds,
                       burn_fabric_fraction=args.burn_fabric_fraction)
@@ -250,16 +255,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return fail(str(exc))
     launcher = launchers.named(options.launcher)
-    if (args.kubeconfig or args.pod_template) and options.launcher != "kubernetes":
-        return fail("--kubeconfig and --pod-template are --launcher kubernetes's")
-    if left_out := [name for name in selected if name in stages.ACROSS_NODES and not launcher.across_nodes]:
+    if (args.kubeconfig or args.pod_template or args.job_template) and options.launcher != "kubernetes":
+        return fail("--kubeconfig, --pod-template and --job-template are --launcher kubernetes's")
+    if left_out := {name: why for name in selected if name in stages.ACROSS_NODES
+                    and (why := launcher.cannot_run(name, options))}:
         if refused := [name for name in left_out if name in asked]:
-            return fail(f"--launcher {options.launcher} does not run stage {', '.join(refused)} yet: run it with "
-                        "--launcher ssh or slurm, or leave it out")
+            return fail(f"--launcher {options.launcher} does not run stage {', '.join(refused)} "
+                        f"({'; '.join(sorted({left_out[n] for n in refused}))}): run it with --launcher ssh or slurm, "
+                        "or leave it out")
         options.stages = tuple(name for name in selected if name not in left_out)
         selected = options.stages
-        print(f"gpucheck cluster: --launcher {options.launcher} leaves out stage {', '.join(left_out)} (not run "
-              f"{launcher.through} yet)")
+        for why in dict.fromkeys(left_out.values()):
+            print(f"gpucheck cluster: --launcher {options.launcher} leaves out stage "
+                  f"{', '.join(n for n, w in left_out.items() if w == why)} ({why})")
     try:
         scheduler_nodes = launcher.read_nodes(options)
     except launchers.LauncherError as exc:

@@ -86,6 +86,7 @@ class Options:
     launcher: str = "ssh"  # ssh | slurm | kubernetes: how node checks and jobs start (launchers/)
     kubeconfig: str | None = None  # --launcher kubernetes: the API's credentials (None: in a pod, or KUBECONFIG)
     pod_template: str | None = None  # --launcher kubernetes: the site's Pod for a node's checks (cluster/pods.py)
+    job_template: str | None = None  # --launcher kubernetes: the site's Pod for the MPI jobs (cluster/mpi_pods.py)
     burn_seconds: float = 600.0  # stage burn (opt-in): how long every GPU and the fabric are loaded at once
     burn_fabric_fraction: float = 0.7  # stage burn: an all-reduce under load below F x its cold figure warns
     history: Path | None = None  # the history store (None: history.store.default_path())

@@ -30,24 +30,29 @@ class TemplateError(Exception):
     """The pod template cannot be used (one line)."""
 
 
-def template(path: str | None) -> dict[str, Any]:
+WANTED = {"--pod-template": "the Pod a node's checks run in, with your gpucheck image and runtime "
+                            "(deploy/kubernetes/jobs/check.yaml)",
+          "--job-template": "the Pod the MPI stage's launcher and workers run in, with your training image, OpenMPI "
+                            "and sshd (deploy/kubernetes/jobs/mpi.yaml)"}
+
+
+def template(path: str | None, option: str = "--pod-template") -> dict[str, Any]:
+    """The Pod read from `option`'s file: TemplateError (one line) if it is not one."""
     if not path:
-        raise TemplateError("give --pod-template FILE: the Pod a node's checks run in, with your gpucheck image "
-                            "and runtime (deploy/kubernetes/jobs/check.yaml)")
+        raise TemplateError(f"give {option} FILE: {WANTED[option]}")
     try:
         found = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise TemplateError(f"--pod-template {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise TemplateError(f"{option} {path}: {getattr(exc, 'strerror', None) or exc}") from None
     containers = (found or {}).get("spec", {}).get("containers") if isinstance(found, dict) else None
     if not isinstance(found, dict) or found.get("kind") != "Pod" or not containers:
-        raise TemplateError(f"--pod-template {path}: not a Pod with a container (kind: Pod, spec.containers)")
+        raise TemplateError(f"{option} {path}: not a Pod with a container (kind: Pod, spec.containers)")
     return found
 
 
 def pod_for(base: dict[str, Any], node: str, options: Options) -> dict[str, Any]:
     pod = copy.deepcopy(base)
-    name = re.sub(r"[^a-z0-9-]", "-", node.lower())[:40].strip("-")
-    pod.setdefault("metadata", {})["name"] = f"gpucheck-check-{name}-{secrets.token_hex(3)}"
+    pod.setdefault("metadata", {})["name"] = f"gpucheck-check-{dns_name(node)}-{secrets.token_hex(3)}"
     pod["metadata"].setdefault("namespace", "gpucheck")
     spec = pod["spec"]
     spec["nodeName"], spec["restartPolicy"] = node, "Never"
@@ -55,6 +60,11 @@ def pod_for(base: dict[str, Any], node: str, options: Options) -> dict[str, Any]
     spec["containers"][0]["command"] = agent_argv(options)  # the same command as over SSH
     spec["containers"][0].pop("args", None)
     return pod
+
+
+def dns_name(node: str) -> str:
+    """A host's name as a part of a pod's name (lower case, letters, digits and dashes)."""
+    return re.sub(r"[^a-z0-9-]", "-", node.lower())[:40].strip("-")
 
 
 def check(client: Any, base: dict[str, Any], node: str, options: Options) -> NodeOutcome:
@@ -72,24 +82,36 @@ def check(client: Any, base: dict[str, Any], node: str, options: Options) -> Nod
             api.call(f"delete Pod {namespace}/{name}", client.delete_namespaced_pod, name, namespace)
 
 
-def _outcome(client: Any, node: str, name: str, namespace: str, options: Options, began: float) -> NodeOutcome:
-    deadline = began + options.host_timeout + SCHEDULE_GRACE_S
+def ended(client: Any, name: str, namespace: str, deadline: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Wait for the pod's end, up to `deadline` (monotonic): (its status, its first container's `terminated` state
+    or None when it had not ended by then)."""
     while True:
         found = api.call(f"read Pod {namespace}/{name}", client.read_namespaced_pod, name, namespace)
         status = found.get("status", {})
-        ended = [s["state"]["terminated"] for s in status.get("containerStatuses") or []
-                 if s.get("state", {}).get("terminated")]
-        if status.get("phase") in ("Succeeded", "Failed") or ended:
-            break
+        over = [s["state"]["terminated"] for s in status.get("containerStatuses") or []
+                if s.get("state", {}).get("terminated")]
+        if status.get("phase") in ("Succeeded", "Failed") or over:
+            return status, (over[0] if over else {})
         if time.monotonic() > deadline:
-            said = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason') or ''}".strip()
-                             for c in status.get("conditions") or [])
-            return NodeOutcome(node, Status.FAIL, f"timed out: no report within {options.host_timeout:g} s "
-                               f"(pod {name} {status.get('phase', 'not placed')}: {said or 'no condition'})",
-                               "timeout", time.monotonic() - began, via="kubernetes")
+            return status, None
         time.sleep(POLL_S)
-    log = _log(client, name, namespace)
-    code = ended[0].get("exitCode") if ended else None
+
+
+def conditions(status: dict[str, Any]) -> str:
+    """A pod's phase and conditions in a few words: why it is not done."""
+    said = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason') or ''}".strip()
+                     for c in status.get("conditions") or [])
+    return f"{status.get('phase', 'not placed')}: {said or 'no condition'}"
+
+
+def _outcome(client: Any, node: str, name: str, namespace: str, options: Options, began: float) -> NodeOutcome:
+    status, over = ended(client, name, namespace, began + options.host_timeout + SCHEDULE_GRACE_S)
+    if over is None:
+        return NodeOutcome(node, Status.FAIL, f"timed out: no report within {options.host_timeout:g} s "
+                           f"(pod {name} {conditions(status)})", "timeout", time.monotonic() - began,
+                           via="kubernetes")
+    log = read_log(client, name, namespace)
+    code = over.get("exitCode")
     if code is None and status.get("reason") == "DeadlineExceeded":
         return NodeOutcome(node, Status.FAIL, f"timed out: no report within {options.host_timeout:g} s (hung "
                            "agent?)", "timeout", time.monotonic() - began, evidence=tail(log, TAIL_CHARS),
@@ -99,7 +121,7 @@ def _outcome(client: Any, node: str, name: str, namespace: str, options: Options
     return outcome
 
 
-def _log(client: Any, name: str, namespace: str) -> str:
+def read_log(client: Any, name: str, namespace: str) -> str:
     """The container's output: stdout and stderr as the kubelet kept them, interleaved (the report ends it)."""
     from kubernetes.client.exceptions import ApiException
 

@@ -30,9 +30,15 @@ class Burns(Protocol):
 
 class Launcher(ABC):
     through = ""  # how its jobs start, as a reason says it: "through Slurm"
-    across_nodes = True  # it starts the stages' work across the nodes (stages.order.ACROSS_NODES); else they are
-    # left out of its runs
+    # the stages of stages.order.ACROSS_NODES whose work it starts across the nodes (None: every one); a run leaves
+    # the others out
+    across_nodes: frozenset[str] | None = None
     drains_in = "slurm"  # the scheduler --drain tells: report.json's key for what it did, its lines' prefix
+
+    def cannot_run(self, stage: str, options: Options) -> str:
+        """Why it does not start stage `stage`'s work across the nodes ("": it does; a stage that only reads the
+        reports runs with every launcher)."""
+        return "" if self.across_nodes is None or stage in self.across_nodes else f"not run {self.through} yet"
 
     def read_nodes(self, options: Options) -> dict[str, Any] | None:
         """What it must know of the nodes before the run (Slurm: each node's state; Kubernetes: its Nodes);

@@ -1,7 +1,8 @@
 """--launcher kubernetes: every node's checks as a pod bound to its Node, made from the site's pod template
-(cluster/pods.py), through the API with --kubeconfig's credentials (in a pod: its service account). The stages that
-start work across the nodes (network, MPI, all-reduce, smoke, training, burn) are not run through Kubernetes yet:
-a run leaves them out, saying so, and a run that names one is refused before anything starts."""
+(cluster/pods.py), the MPI stage's jobs as a launcher pod and worker pods made from its job template (cluster/
+mpi_pods.py), through the API with --kubeconfig's credentials (in a pod: its service account). The other stages that
+start work across the nodes (network, all-reduce, smoke, training, burn) are not run through Kubernetes yet: a run
+leaves them out, saying so, and a run that names one is refused before anything starts."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 
 from ...kubernetes import api
 from ...model import VERDICT_OF_EXIT, Status
-from .. import handoff, pods
+from .. import handoff, mpi_pods, pods
 from ..context import ClusterContext, NodeOutcome, Options
 from ..layout import Layout
+from ..nodes import address
 from ..ssh.client import RemoteHosts
 from ..ssh.result import Remote
 from .base import Burns, Launcher, LauncherError
@@ -25,14 +27,21 @@ EXIT_OF_VERDICT = {verdict: code for code, verdict in VERDICT_OF_EXIT.items()}
 
 class KubernetesLauncher(Launcher):
     through = "through Kubernetes"
-    across_nodes = False
+    across_nodes = frozenset({"mpi"})
     drains_in = "kubernetes"
+
+    def cannot_run(self, stage: str, options: Options) -> str:
+        if stage == "mpi" and not options.job_template:
+            return "no --job-template"
+        return super().cannot_run(stage, options)
 
     def read_nodes(self, options: Options) -> dict[str, Any]:
         """Every Node the API lists, the pod template read: a missing credential or template is one line before
         the run."""
         try:
             pods.template(options.pod_template)
+            if options.job_template:
+                pods.template(options.job_template, "--job-template")
             listed = api.call("list Nodes", api.connect(options.kubeconfig).list_node).get("items") or []
         except (pods.TemplateError, api.KubernetesError) as exc:
             raise LauncherError(f"--launcher kubernetes: {exc}") from exc
@@ -63,7 +72,14 @@ class KubernetesLauncher(Launcher):
 
     def mpi_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, program: Sequence[str],
                 env: Mapping[str, str], timeout: float) -> Remote:
-        return Remote(lay.slots[0][0], "mpirun", error=NOT_YET, kind="usage")
+        """mpirun in a pod on the layout's first node, reaching worker pods on the others over SSH (mpi_pods)."""
+        try:
+            base = pods.template(ctx.options.job_template, "--job-template")
+            client = api.connect(ctx.options.kubeconfig)
+        except (pods.TemplateError, api.KubernetesError) as exc:
+            return Remote(lay.slots[0][0], "mpirun", error=str(exc), kind="usage")
+        addresses = {node: address(ctx, node, data=False) for node, _ in lay.slots}
+        return mpi_pods.mpi_job(client, base, lay, addresses, program, env, timeout)
 
     def torch_job(self, ctx: ClusterContext, run: RemoteHosts, lay: Layout, python: str, path: str,
                   args: Sequence[str], gpus: bool, port: int, timeout: float) -> Remote:
