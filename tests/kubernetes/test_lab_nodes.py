@@ -261,6 +261,58 @@ def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admin
         plane.kubectl("taint", "node", "node01", f"{ADMIN['key']}-")
 
 
+WATCH = kubekit.gpucheck_taint("watch")
+DAEMONS = "app.kubernetes.io/component=node-check"
+
+
+def daemon_pods(plane) -> list[dict]:
+    return plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=" + DAEMONS.replace("=", "%3D"))[
+        "items"]
+
+
+def daemon_log(plane, node: str, container: str) -> str:
+    """The container's log in the DaemonSet's pod on `node` ("" while there is none)."""
+    pods = [p for p in daemon_pods(plane) if p["spec"].get("nodeName") == node and p["status"].get("phase") ==
+            "Running"]
+    try:
+        return plane.kubectl("logs", "-n", "gpucheck", pods[0]["metadata"]["name"], "-c", container) if pods else ""
+    except LabError:  # its container not started yet
+        return ""
+
+
+def test_the_daemonsets_watcher_taints_its_node_as_the_fault_appears(plane) -> None:
+    """The DaemonSet's `watch` container (gpucheck watch --kubernetes, as deployed): once it watches, and the passive
+    run beside it has judged node02 healthy (its next one 300 s later), node02's GPU starts counting uncorrectable
+    ECC errors under the running NVML; the watcher taints node02 as the `watch` path's within seconds, with the
+    condition and the label, and node01 is left as it was."""
+    wait_for(lambda: not daemon_pods(plane), WAIT_S, "the last test's DaemonSet pods gone", EVERY_S)
+    for name in ("10-rbac.yaml", "20-priorityclass.yaml"):
+        plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes" / name))
+    for name in NODES:
+        lab_cli("ssh", name, "--", f"mkdir -p /etc/gpucheck && printf '{NODE_YAML}' > /etc/gpucheck/node.yaml")
+    daemonset = toolkit.for_lab(yaml.safe_load((REPO / "deploy/kubernetes/30-daemonset.yaml").read_text()),
+                                plane.server)
+    plane.kubectl("apply", "-f", "-", input=json.dumps(daemonset))
+    try:
+        for name in NODES:
+            wait_for(lambda name=name: "gpucheck watch: watching" in daemon_log(plane, name, "watch") and
+                     "gpucheck: kubernetes:" in daemon_log(plane, name, "gpucheck"), WAIT_S,
+                     f"{name}'s watcher watching and its passive run told its Node", EVERY_S)
+        assert gpucheck_says(plane, "node02") == ([], "pass", "True")
+        lab_cli("fault", "node02", "scenario", "ecc-uncorrected")
+        wait_for(lambda: gpucheck_says(plane, "node02") == ([WATCH], "fail", "False"), WAIT_S,
+                 "node02 tainted by its watcher", EVERY_S)
+        assert "gpu.ecc_errors" in kubekit.condition(plane.request("GET", "/api/v1/nodes/node02"),
+                                                     "GPUCheckHealthy")["message"]
+        assert gpucheck_says(plane, "node01") == ([], "pass", "True")
+    finally:
+        lab_cli("fault", "node02", "scenario", config.DEFAULT_SCENARIO)
+        plane.kubectl("delete", "daemonset", "-n", "gpucheck", "gpucheck-node")
+        wait_for(lambda: not daemon_pods(plane), WAIT_S, "its DaemonSet pods gone", EVERY_S)
+        if WATCH in kubekit.gpuchecks_taint(plane.request("GET", "/api/v1/nodes/node02")):  # the runs after it
+            plane.kubectl("taint", "node", "node02", f"{WATCH['key']}-")
+
+
 def lab_template(plane, tmp_path: Path, name: str) -> str:
     """deploy/kubernetes/jobs/NAME through the lab's toolkit, as a file for gpucheck cluster's --*-template."""
     path = tmp_path / f"{name}.json"

@@ -105,34 +105,33 @@ def mpi_job(client: Any, base: dict[str, Any], lay: Layout, addresses: Mapping[s
     port = PORTS[0] + secrets.randbelow(PORTS[1] - PORTS[0])
     argv = launcher_command(lay, addresses, program, env, port)
     shown = shlex.join(argv)
-    deadline_s = timeout + pods.SCHEDULE_GRACE_S
+    deadline_s = timeout + pods.SCHEDULE_GRACE_S  # the workers outlive the launcher, limited to `timeout` itself
     made: list[str] = []
     try:
         private, public = key_pair()
         api.call(f"create Secret {namespace}/{job}", client.create_namespaced_secret, namespace,
                  secret(job, namespace, private, public))
-        workers = {node: f"{job}-{pods.dns_name(node)}" for node, _ in lay.slots[1:]}
-        for node, name in workers.items():
-            api.call(f"create Pod {namespace}/{name}", client.create_namespaced_pod, namespace,
-                     pod(base, name, node, sshd_command(port), {}, job, deadline_s))
-            made.append(name)
+        for node, _ in lay.slots[1:]:
+            made.append(f"{job}-worker-{pods.dns_name(node)}")
+            api.call(f"create Pod {namespace}/{made[-1]}", client.create_namespaced_pod, namespace,
+                     pod(base, made[-1], node, sshd_command(port), {}, job, deadline_s))
         launcher = f"{job}-launcher"
-        api.call(f"create Pod {namespace}/{launcher}", client.create_namespaced_pod, namespace,
-                 pod(base, launcher, first, argv, env, job, deadline_s))
         made.append(launcher)
+        api.call(f"create Pod {namespace}/{launcher}", client.create_namespaced_pod, namespace,
+                 pod(base, launcher, first, argv, env, job, timeout))
         status, over = pods.ended(client, launcher, namespace, began + deadline_s)
         log = pods.read_log(client, launcher, namespace)
+        wall_s = time.monotonic() - began
         if over is None:
-            return Remote(first, shown, log, exit=None, error=f"timed out: the launcher pod {launcher} did not end "
-                          f"within {deadline_s:g} s ({pods.conditions(status)})", kind="timeout",
-                          wall_s=time.monotonic() - began)
-        code = over.get("exitCode")
-        if code is None:  # ended without its container's exit: not started, or ended by its deadline
-            return Remote(first, shown, log, error=f"the launcher pod {launcher} ended without an exit code "
-                          f"({status.get('reason') or pods.conditions(status)})", kind="timeout"
-                          if status.get("reason") == "DeadlineExceeded" else "kubernetes",
-                          wall_s=time.monotonic() - began)
-        return Remote(first, shown, log, exit=int(code), wall_s=time.monotonic() - began)
+            return Remote(first, shown, log, error=f"timed out: the launcher pod {launcher} did not end within "
+                          f"{deadline_s:g} s ({pods.conditions(status)})", kind="timeout", wall_s=wall_s)
+        if over.get("exitCode") is not None:
+            return Remote(first, shown, log, exit=int(over["exitCode"]), wall_s=wall_s)
+        if status.get("reason") == "DeadlineExceeded":  # ended by the kubelet after `timeout`
+            return Remote(first, shown, log, error=f"timed out: mpirun did not end within {timeout:g} s",
+                          kind="timeout", wall_s=wall_s)
+        return Remote(first, shown, log, error=f"the launcher pod {launcher} ended without an exit code "
+                      f"({pods.conditions(status)})", kind="kubernetes", wall_s=wall_s)
     except (api.KubernetesError, NoKey) as exc:
         return Remote(first, shown, error=str(exc), kind="kubernetes", wall_s=time.monotonic() - began)
     finally:
