@@ -22,11 +22,12 @@ MOUNTS = {"fake-nvml": (config.LAB_NVML_PATH, config.NVML_PATH, "File"),
           "fake-cupy": (compute.HOST_DIR, compute.HOST_DIR, "Directory")}
 
 
-def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None) -> dict[str, Any]:
-    """A copy of a Job, DaemonSet or Pod manifest whose gpucheck containers run in the lab (and request
-    `gpu_count` GPUs where they request any). The lab has no kube-proxy to carry the `kubernetes` Service's address:
-    the pod uses its host's network and reaches the apiserver at `server` (its URL), as a cluster without
-    kube-proxy tells its node agents."""
+def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None,
+            image: str = agent_image.IMAGE) -> dict[str, Any]:
+    """A copy of a Job, DaemonSet or Pod manifest whose gpucheck containers run in the lab, in `image` (the lab's
+    own, or one a node's containerd was given), and request `gpu_count` GPUs where they request any. The lab has no
+    kube-proxy to carry the `kubernetes` Service's address: the pod uses its host's network and reaches the apiserver
+    at `server` (its URL), as a cluster without kube-proxy tells its node agents."""
     made = copy.deepcopy(manifest)
     spec = made["spec"]["template"]["spec"] if "template" in made.get("spec", {}) else made["spec"]
     spec["hostNetwork"] = True
@@ -41,7 +42,7 @@ def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None)
     for container in spec["containers"]:
         if container.get("image") not in SITE_IMAGES:
             continue
-        container["image"], container["imagePullPolicy"] = agent_image.IMAGE, "Never"
+        container["image"], container["imagePullPolicy"] = image, "Never"
         container["env"] = [*container.get("env", []), *env]
         container["volumeMounts"] = [*container.get("volumeMounts", []), *(
             {"name": name, "mountPath": inside, "readOnly": name != "fake-nvml-reset"}

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 import kubekit
+import site_image
 from lab import config, hostinit
 from lab.errors import LabError
-from lab.kubernetes import lab_plane, node_host, node_kit, toolkit
+from lab.kubernetes import agent_image, lab_plane, node_host, node_kit, toolkit
 from labkit import INVENTORY, REPO, lab_cli, read_inventory, require_root
 from support import run_gpucheck, wait_for
 
@@ -313,12 +314,25 @@ def test_the_daemonsets_watcher_taints_its_node_as_the_fault_appears(plane) -> N
             plane.kubectl("taint", "node", "node02", f"{WATCH['key']}-")
 
 
-def lab_template(plane, tmp_path: Path, name: str) -> str:
+def lab_template(plane, tmp_path: Path, name: str, image: str = agent_image.IMAGE) -> str:
     """deploy/kubernetes/jobs/NAME through the lab's toolkit, as a file for gpucheck cluster's --*-template."""
     path = tmp_path / f"{name}.json"
     base = yaml.safe_load((REPO / "deploy/kubernetes/jobs" / name).read_text())
-    path.write_text(json.dumps(toolkit.for_lab(base, plane.server)))
+    path.write_text(json.dumps(toolkit.for_lab(base, plane.server, image=image)))
     return str(path)
+
+
+def test_the_image_built_from_the_dockerfile_checks_a_node(plane, tmp_path) -> None:
+    """deploy/kubernetes/Dockerfile built from this checkout and given to node01's containerd (site_image.py): a
+    node check in it, through the lab's toolkit (the host's NVML, the image's own python and dmesg), passes node01."""
+    site_image.load(site_image.build(tmp_path), read_inventory()["node01"])
+    plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
+    done = run_gpucheck(["cluster", "-i", str(INVENTORY), "--limit", "node01", "--launcher", "kubernetes",
+                         "--kubeconfig", str(plane.kubeconfig), "--pod-template", lab_template(
+                             plane, tmp_path, "check.yaml", site_image.IMAGE), "--profile", "lab-kubernetes",
+                         "--stages", "consistency", "--report", str(tmp_path / "report"), "--no-history"], timeout=300)
+    node = json.loads((tmp_path / "report" / "report.json").read_text())["nodes"]["node01"]
+    assert done.returncode == 0 and (node["status"], node["via"]) == ("pass", "kubernetes"), done.stdout + str(node)
 
 
 def test_the_mpi_stage_runs_through_kubernetes_a_rank_on_each_nodes_own_host(plane, tmp_path) -> None:
