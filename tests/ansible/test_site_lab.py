@@ -134,9 +134,15 @@ def test_result_on_the_hosts(lab2):
      "No package matching 'nvidia-fabricmanager535' is available"),
 ])
 def test_a_wrong_package_version_or_name_fails_the_run_for_that_reason(lab2, ansible_repo, extra, message):
+    """...and leaves the node's stack as it was: every package at its pin, held (a Fabric Manager branch that cannot
+    install never takes the installed one away)."""
     done = site(ansible_repo, "--tags", "gpu", "--limit", "node01", "-e", extra)
     assert done.returncode != 0 and recap(done.stdout)["node01"] >= 1000, done.stdout[-3000:]
     assert message in done.stdout, done.stdout[-3000:]
+    names = " ".join(STACK_PACKAGES)
+    installed = lab2.ssh("node01", f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Abbrev}}\\n' {names}")
+    assert {line.split()[0]: line.split()[1:] for line in installed.stdout.splitlines()} == {
+        name: [version, "hi"] for name, version in STACK_PACKAGES.items()}, installed.stdout
 
 
 def test_check_mode_on_a_fresh_host(ansible_repo):

@@ -100,13 +100,16 @@ def upgrade(reports: Path, *extra: str, reboot_ok: bool = True) -> subprocess.Co
 
 
 def on_stack(node: str, stack: dict[str, str]) -> None:
-    """What the node runs, read on the node: NVML's driver, the one Fabric Manager branch installed and active at
-    the driver's version, NCCL's package."""
+    """What the node runs, read on the node: NVML's driver, the one Fabric Manager branch (and its NSCQ library)
+    installed and active at the driver's version, NCCL's package."""
     assert ssh(node, NVML_DRIVER).strip() == stack["driver"], node
-    query = "dpkg-query -W -f '${db:Status-Status} ${Package} ${Version}\\n' 'nvidia-fabricmanager-*' libnccl2"
+    query = ("dpkg-query -W -f '${db:Status-Status} ${Package} ${Version}\\n' 'nvidia-fabricmanager-*' "
+             "'libnvidia-nscq-*' libnccl2")
     installed = sorted(line.split()[1:] for line in ssh(node, query, check=False).splitlines()
                        if line.startswith("installed "))
-    assert installed == [["libnccl2", stack["nccl"]], [stack["fm"], f"{stack['driver']}-1"]], (node, installed)
+    nscq = stack["fm"].replace("nvidia-fabricmanager", "libnvidia-nscq")
+    assert installed == [["libnccl2", stack["nccl"]], [nscq, f"{stack['driver']}-1"],
+                         [stack["fm"], f"{stack['driver']}-1"]], (node, installed)
     units = ssh(node, "systemctl is-active nvidia-fabricmanager; nv-fabricmanager -v", check=False)
     assert units == f"active\nFabric Manager version is : {stack['driver']}\n", (node, units)
 
