@@ -32,11 +32,11 @@ PORTS = (20000, 30000)  # each job's sshd listens on one of these, on the Node's
 # and their host keys are new for every job.
 SSH_OPTIONS = ("-o BatchMode=yes -o ConnectTimeout=5 -o ConnectionAttempts=30 -o StrictHostKeyChecking=no "
                "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
+LABELS = {"app.kubernetes.io/name": "gpucheck", "app.kubernetes.io/component": "cluster-job"}
+
+
 class NoKey(Exception):
     """No key pair for the job (one line)."""
-
-
-LABELS = {"app.kubernetes.io/name": "gpucheck", "app.kubernetes.io/component": "cluster-job"}
 
 
 def sshd_command(port: int) -> list[str]:
@@ -70,9 +70,9 @@ def key_pair() -> tuple[bytes, bytes]:
 
 
 def secret(name: str, namespace: str, private: bytes, public: bytes) -> dict[str, Any]:
-    encode = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    data = {"id": private, "authorized_keys": public}
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
-            "type": "Opaque", "data": {"id": encode(private), "authorized_keys": encode(public)}}
+            "type": "Opaque", "data": {key: base64.b64encode(value).decode() for key, value in data.items()}}
 
 
 def pod(base: dict[str, Any], name: str, node: str, command: list[str], env: Mapping[str, str], key: str,
