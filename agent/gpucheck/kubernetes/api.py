@@ -168,8 +168,12 @@ def call(what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
             raise Conflict(f"cannot {what}: it changed meanwhile") from None
         kind = Everywhere if exc.status in (401, 403) else NotFound if exc.status == 404 else KubernetesError
         raise kind(f"cannot {what}: {_refusal(exc)}") from None
-    except (HTTPError, OSError, ValueError) as exc:
+    except json.JSONDecodeError as exc:  # something answered, not an API server (a proxy's page, another service)
+        raise Everywhere(f"cannot {what}: the answer is not the API server's (not JSON: {_one_line(exc)})") from None
+    except (HTTPError, OSError) as exc:
         raise Everywhere(f"cannot {what}: the API server did not answer ({_one_line(exc)})") from None
+    except ValueError as exc:  # the client refused the call itself, before asking (a missing argument)
+        raise KubernetesError(f"cannot {what}: {_one_line(exc)}") from None
 
 
 def _refusal(exc: Any) -> str:
@@ -178,8 +182,7 @@ def _refusal(exc: Any) -> str:
     except (TypeError, ValueError, AttributeError):
         message = exc.reason
     hint = {401: " (the credentials were refused)",
-            403: " (gpucheck's rights are deploy/kubernetes/10-rbac.yaml's: get, list and patch nodes, patch "
-                 "nodes/status)",
+            403: " (the account's rights: gpucheck's own are deploy/kubernetes/10-rbac.yaml's)",
             404: " (give the Node's name with --kubernetes-node, or NODE_NAME from the pod's spec.nodeName)"}
     return f"{exc.status} {_one_line(message)}{hint.get(exc.status, '')}"
 
