@@ -181,14 +181,21 @@ def scheduled_job(plane, node: str) -> dict:
         raise
 
 
+DAEMONS = "app.kubernetes.io/component=node-check"
+
+
+def daemon_pods(plane) -> list[dict]:
+    """The DaemonSet's pods."""
+    return plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=" + DAEMONS.replace("=", "%3D"))[
+        "items"]
+
+
 def scheduling(plane) -> str:
     """What the scheduled checks came to: the Jobs' status, their pods', the DaemonSet pods' last lines."""
     said = [f"job {node}: {scheduled_job(plane, node).get('status')}" for node in NODES]
     for node in NODES:
         said += [f"pod {p['metadata']['name']}: {p['status']}" for p in job_pods(plane, f"gpucheck-daily-{node}")]
-    daemons = plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=app.kubernetes.io%2Fcomponent%3D"
-                                   "node-check")["items"]
-    for pod in daemons:
+    for pod in daemon_pods(plane):
         try:
             logs = plane.kubectl("logs", "-n", "gpucheck", pod["metadata"]["name"], "-c", "gpucheck", "--tail", "15")
         except LabError as exc:
@@ -263,12 +270,6 @@ def test_the_daemonset_taints_the_faulty_node_its_repair_clears_it_and_the_admin
 
 
 WATCH = kubekit.gpucheck_taint("watch")
-DAEMONS = "app.kubernetes.io/component=node-check"
-
-
-def daemon_pods(plane) -> list[dict]:
-    return plane.request("GET", "/api/v1/namespaces/gpucheck/pods?labelSelector=" + DAEMONS.replace("=", "%3D"))[
-        "items"]
 
 
 def daemon_log(plane, node: str, container: str) -> str:

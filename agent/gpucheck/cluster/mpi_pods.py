@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
 import secrets
 import shlex
 import subprocess
@@ -77,16 +76,13 @@ def secret(name: str, namespace: str, private: bytes, public: bytes) -> dict[str
 
 def pod(base: dict[str, Any], name: str, node: str, command: list[str], env: Mapping[str, str], key: str,
         deadline_s: float) -> dict[str, Any]:
-    made = copy.deepcopy(base)
-    meta = made.setdefault("metadata", {})
-    meta["name"] = name
-    meta.setdefault("namespace", "gpucheck")
-    meta["labels"] = {**meta.get("labels", {}), **LABELS}
+    """One of the job's pods: the template bound to `node` (pods.bound), on the Node's network, with `env` and the
+    job's key."""
+    made = pods.bound(base, name, node, command, deadline_s)
+    made["metadata"]["labels"] = {**made["metadata"].get("labels", {}), **LABELS}
     spec = made["spec"]
-    spec.update(nodeName=node, restartPolicy="Never", hostNetwork=True, activeDeadlineSeconds=int(deadline_s))
+    spec["hostNetwork"] = True
     container = spec["containers"][0]
-    container["command"] = command
-    container.pop("args", None)
     container["env"] = [*container.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
     container["volumeMounts"] = [*container.get("volumeMounts", []),
                                  {"name": "gpucheck-mpi-key", "mountPath": KEY_DIR, "readOnly": True}]
@@ -101,7 +97,7 @@ def mpi_job(client: Any, base: dict[str, Any], lay: Layout, addresses: Mapping[s
     began = time.monotonic()
     first = lay.slots[0][0]
     job = f"gpucheck-mpi-{secrets.token_hex(3)}"
-    namespace = base.get("metadata", {}).get("namespace") or "gpucheck"
+    namespace = base.get("metadata", {}).get("namespace") or pods.NAMESPACE
     port = PORTS[0] + secrets.randbelow(PORTS[1] - PORTS[0])
     argv = launcher_command(lay, addresses, program, env, port)
     shown = shlex.join(argv)

@@ -24,6 +24,7 @@ from .ssh.result import tail
 
 SCHEDULE_GRACE_S = 120.0  # beyond --host-timeout: the pod bound, its image there, its container started
 POLL_S = 0.5
+NAMESPACE = "gpucheck"  # deploy/kubernetes/10-rbac.yaml's, where a template names none
 
 
 class TemplateError(Exception):
@@ -50,16 +51,26 @@ def template(path: str | None, option: str = "--pod-template") -> dict[str, Any]
     return found
 
 
-def pod_for(base: dict[str, Any], node: str, options: Options) -> dict[str, Any]:
+def bound(base: dict[str, Any], name: str, node: str, command: list[str], deadline_s: float) -> dict[str, Any]:
+    """A copy of the template named `name` (in its namespace, else gpucheck's), bound to Node `node` by name (as a
+    DaemonSet's pods are: a cordon or a NoSchedule taint does not keep it away), run once, its first container
+    running `command`, ended by the kubelet after `deadline_s`."""
     pod = copy.deepcopy(base)
-    pod.setdefault("metadata", {})["name"] = f"gpucheck-check-{dns_name(node)}-{secrets.token_hex(3)}"
-    pod["metadata"].setdefault("namespace", "gpucheck")
+    meta = pod.setdefault("metadata", {})
+    meta["name"] = name
+    meta.setdefault("namespace", NAMESPACE)
     spec = pod["spec"]
     spec["nodeName"], spec["restartPolicy"] = node, "Never"
-    spec["activeDeadlineSeconds"] = int(options.host_timeout)  # the kubelet ends a hung agent
-    spec["containers"][0]["command"] = agent_argv(options)  # the same command as over SSH
+    spec["activeDeadlineSeconds"] = int(deadline_s)
+    spec["containers"][0]["command"] = command
     spec["containers"][0].pop("args", None)
     return pod
+
+
+def pod_for(base: dict[str, Any], node: str, options: Options) -> dict[str, Any]:
+    # the same command as over SSH; the kubelet ends a hung agent
+    return bound(base, f"gpucheck-check-{dns_name(node)}-{secrets.token_hex(3)}", node, agent_argv(options),
+                 options.host_timeout)
 
 
 def dns_name(node: str) -> str:
