@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin", action="store_true",
                    help=f"also an admin node, {config.ADMIN_HOST} (no GPUs, the address before node01): inventory "
                         "group admin, where site.yml's scheduler stage runs slurmctld")
+    p.add_argument("--share", action="append", default=[], type=Path, metavar="DIR",
+                   help="bind DIR (absolute) read-only at the same path into every GPU host, as a site's shared "
+                        "filesystem gives the nodes one copy of, e.g., a training virtualenv; repeatable")
     p.add_argument("--kubernetes", action="store_true",
                    help="also a Kubernetes 1.20 control plane on the bridge, and every GPU host a node (its own "
                         "kubelet, containerd and runc): built from Debian's source package once per machine "
@@ -188,7 +191,7 @@ def dispatch(args: argparse.Namespace) -> int:
         cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, subnet=args.subnet,
                                      allow=tuple(args.allow), golden=not args.no_golden,
                                      playbook=args.playbook.resolve(), admin=args.admin,
-                                     kubernetes=args.kubernetes))
+                                     kubernetes=args.kubernetes, share=tuple(args.share)))
         say(stays_up())
         return EXIT_OK
     if args.command == "slurm":

@@ -45,6 +45,7 @@ class UpOptions:
     playbook: Path = config.DEFAULT_PLAYBOOK
     admin: bool = False  # also an admin node, config.ADMIN_HOST (no GPUs; the Slurm controller)
     kubernetes: bool = False  # a control plane on the bridge, and every GPU host a Kubernetes node
+    share: tuple[Path, ...] = ()  # directories bound read-only at their own path into every GPU host
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ def up(opts: UpOptions) -> LabState:
     scenarios = opts.scenarios or [config.DEFAULT_SCENARIO] * opts.hosts
     if len(scenarios) != opts.hosts:
         raise LabError(f"--scenarios names {len(scenarios)} scenarios for {opts.hosts} hosts: give one per host")
+    if unshared := [str(d) for d in opts.share if not (d.is_absolute() and d.is_dir())]:
+        raise LabError(f"--share takes an absolute path of a directory: {', '.join(unshared)}")
     why = net.namespaces_available()
     if why:
         raise LabError(f"cannot build the lab here: {why}")
@@ -148,6 +151,9 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path, 
             node = node_host.parts(h.name, h.address, config.cgroup_name(h.name), kube.node,
                                    lab_plane.join(plane, h.name), kube.agent_image) \
                 if kube and plane and h.name in nodes else None
+            if opts.share and h.role == "node":
+                node = {**(node or {}), "binds": [*(node or {}).get("binds", []),
+                                                  *({"source": str(d), "target": str(d)} for d in opts.share)]}
             spec = host.spec(h, st.hosts, st.lowers, idents[h.name], known_text, st.proxy_url,
                              library if h.role == "node" else None, node)
             proc = host.start(h, spec)

@@ -23,11 +23,12 @@ MOUNTS = {"fake-nvml": (config.LAB_NVML_PATH, config.NVML_PATH, "File"),
 
 
 def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None,
-            image: str = agent_image.IMAGE) -> dict[str, Any]:
+            image: str = agent_image.IMAGE, shared: tuple[str, ...] = ()) -> dict[str, Any]:
     """A copy of a Job, DaemonSet or Pod manifest whose gpucheck containers run in the lab, in `image` (the lab's
     own, or one a node's containerd was given), and request `gpu_count` GPUs where they request any. The lab has no
     kube-proxy to carry the `kubernetes` Service's address: the pod uses its host's network and reaches the apiserver
-    at `server` (its URL), as a cluster without kube-proxy tells its node agents."""
+    at `server` (its URL), as a cluster without kube-proxy tells its node agents. `shared`: directories the hosts
+    have (`up --share`), mounted read-only at their own path, where a training image would hold its frameworks."""
     made = copy.deepcopy(manifest)
     spec = made["spec"]["template"]["spec"] if "template" in made.get("spec", {}) else made["spec"]
     spec["hostNetwork"] = True
@@ -39,6 +40,7 @@ def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None,
                                # the hosts' CNI bridge is no way between them (mpirun hands these on)
                                "OMPI_MCA_btl_tcp_if_include": config.DEFAULT_SUBNET,
                                "OMPI_MCA_oob_tcp_if_include": config.DEFAULT_SUBNET}.items()]
+    mounts = {**MOUNTS, **{f"shared-{i}": (path, path, "Directory") for i, path in enumerate(shared)}}
     for container in spec["containers"]:
         if container.get("image") not in SITE_IMAGES:
             continue
@@ -46,10 +48,10 @@ def for_lab(manifest: dict[str, Any], server: str, gpu_count: int | None = None,
         container["env"] = [*container.get("env", []), *env]
         container["volumeMounts"] = [*container.get("volumeMounts", []), *(
             {"name": name, "mountPath": inside, "readOnly": name != "fake-nvml-reset"}
-            for name, (_, inside, _) in MOUNTS.items())]
+            for name, (_, inside, _) in mounts.items())]
         limits = container.get("resources", {}).get("limits", {})
         if gpu_count is not None and "nvidia.com/gpu" in limits:
             limits["nvidia.com/gpu"] = gpu_count
     spec["volumes"] = [*spec.get("volumes", []), *(
-        {"name": name, "hostPath": {"path": host, "type": kind}} for name, (host, _, kind) in MOUNTS.items())]
+        {"name": name, "hostPath": {"path": host, "type": kind}} for name, (host, _, kind) in mounts.items())]
     return made

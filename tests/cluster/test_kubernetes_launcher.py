@@ -4,14 +4,16 @@ on real kubelets: tests/kubernetes/test_lab_nodes.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 from cluster_helpers import run_cluster
 
-from gpucheck.cluster import mpi_pods, pods
+from gpucheck.cluster import job_image, mpi_pods, pods
 from gpucheck.cluster.context import Options
+from gpucheck.cluster.jobs import REMOTE_DIR
 from gpucheck.cluster.layout import Layout
 from support import ROOT
 
@@ -38,8 +40,13 @@ def inventory(tmp_path: Path) -> Path:
     (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--stages", "consistency,mpi"],
      "--launcher kubernetes does not run stage mpi (no --job-template)"),
     (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--job-template", str(JOB_TEMPLATE), "--stages",
-      "consistency,mpi,allreduce"], "--launcher kubernetes does not run stage allreduce (not run through Kubernetes "
-                                    "yet)"),
+      "consistency,mpi,network"], "--launcher kubernetes does not run stage network (not run through Kubernetes "
+                                  "yet)"),
+    (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--job-template", str(JOB_TEMPLATE), "--stages",
+      "smoke", "--framework", "torch"], "--launcher kubernetes does not run stage smoke (--framework torch's ranks "
+                                        "start with torchrun: not run through Kubernetes yet"),
+    (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--stages", "allreduce"],
+     "--launcher kubernetes does not run stage allreduce (no --job-template)"),
     (["--launcher", "kubernetes", "--pod-template", str(TEMPLATE), "--job-template", str(TEMPLATE.parent)],
      f"--job-template {TEMPLATE.parent}: Is a directory"),
 ])
@@ -76,8 +83,10 @@ def test_an_mpi_jobs_pods_are_the_job_templates_on_the_nodes_network_sharing_the
     sshd = spec["containers"][0]["command"][-1]
     assert "exec /usr/sbin/sshd -D -e -f /dev/null -p 24680 " in sshd
     assert f"-o AuthorizedKeysFile={mpi_pods.KEY_DIR}/authorized_keys" in sshd
-    assert {"name": "gpucheck-mpi-key", "secret": {"secretName": "gpucheck-mpi-1", "defaultMode": 0o400}} in (
-        spec["volumes"])
+    assert {"name": "gpucheck-mpi-key", "secret": {"secretName": "gpucheck-mpi-1", "items": [
+        {"key": "id", "path": "id", "mode": 0o400}, {"key": "authorized_keys", "path": "authorized_keys",
+                                                     "mode": 0o400}]}} in spec["volumes"]
+    assert [v["name"] for v in spec["volumes"]] == ["gpucheck-mpi-key"]  # no workload files: no such volume
     lay = Layout([("gpu-a", 2), ("gpu-b", 2)])
     argv = mpi_pods.launcher_command(lay, {"gpu-a": "10.1.0.1", "gpu-b": "10.1.0.2"}, ["hostname"],
                                      {"NCCL_DEBUG": "INFO"}, 24680)
@@ -86,8 +95,36 @@ def test_an_mpi_jobs_pods_are_the_job_templates_on_the_nodes_network_sharing_the
     rsh = argv[argv.index("plm_rsh_args") + 1]
     assert rsh.startswith(f"-p 24680 -i {mpi_pods.KEY_DIR}/id ") and "BatchMode=yes" in rsh
     launcher = mpi_pods.pod(base, "gpucheck-mpi-1-launcher", "gpu-a", argv, {"NCCL_DEBUG": "INFO"},
-                            "gpucheck-mpi-1", 180)
-    assert launcher["spec"]["containers"][0]["command"] == argv
-    assert {"name": "NCCL_DEBUG", "value": "INFO"} in launcher["spec"]["containers"][0]["env"]
-    secret = mpi_pods.secret("gpucheck-mpi-1", "gpucheck", b"PRIVATE", b"PUBLIC")
-    assert secret["data"] == {"id": "UFJJVkFURQ==", "authorized_keys": "UFVCTElD"}
+                            "gpucheck-mpi-1", 180, ["smoke.py", "rank_io.py"])
+    container = launcher["spec"]["containers"][0]
+    assert container["command"] == argv
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in container["env"]
+    # the workload files from the same Secret, where the SSH path copies them, readable by every user
+    assert {"name": "gpucheck-job-files", "mountPath": REMOTE_DIR, "readOnly": True} in container["volumeMounts"]
+    assert {"name": "gpucheck-job-files", "secret": {"secretName": "gpucheck-mpi-1", "items": [
+        {"key": "smoke.py", "path": "smoke.py", "mode": 0o444},
+        {"key": "rank_io.py", "path": "rank_io.py", "mode": 0o444}]}} in launcher["spec"]["volumes"]
+    secret = mpi_pods.secret("gpucheck-mpi-1", "gpucheck", b"PRIVATE", b"PUBLIC", {"smoke.py": b"print(1)\n"})
+    assert secret["data"] == {"id": "UFJJVkFURQ==", "authorized_keys": "UFVCTElD", "smoke.py": "cHJpbnQoMSkK"}
+    probe = mpi_pods.pod(base, "gpucheck-probe-gpu-a-1", "gpu-a", ["/bin/sh", "-c", "true"], {}, None, 60)
+    assert "volumes" not in probe["spec"] and probe["spec"]["hostNetwork"]  # a probe has no key and no files
+
+
+def test_the_job_images_probe_is_read_as_a_nodes_facts_would_say_it() -> None:
+    """What the jobs' image holds, from its probe's lines: the python each stack runs, each framework's version
+    (None where it does not import, with the error); a python that never answered is said so."""
+    python = "/opt/conda/bin/python3"
+    output = "\n".join(["2026-12-01 some warning on stderr",
+                        job_image.MARK + json.dumps({"python": python}),
+                        job_image.MARK + json.dumps({"framework": "horovod", "version": "0.28.1"}),
+                        job_image.MARK + json.dumps({"framework": "tensorflow", "version": "2.15.1"}),
+                        job_image.MARK + json.dumps({"framework": "torch", "version": None,
+                                                     "error": "ImportError: libcudart.so.12"})])
+    found = job_image.read(output)
+    assert found["frameworks"] == {"tf-horovod": {"tensorflow": "2.15.1", "horovod": "0.28.1"},
+                                   "torch": {"torch": None}}
+    assert found["stacks"]["tf-horovod"] == {"python": python, "frameworks": ["tensorflow", "horovod"]}
+    assert found["errors"] == {"torch": "ImportError: libcudart.so.12"}
+    assert "error" in job_image.read("sh: 1: exec: python3: not found\n")
+    assert job_image.python_of({"metadata": {"annotations": {job_image.PYTHON_ANNOTATION: python}}}) == python
+    assert job_image.python_of({"metadata": {}}) == "python3"

@@ -3,12 +3,13 @@ whom they blame. No SSH, no lab: the commands are answered from a model of the c
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
 from cluster_lab_helpers import FakeRunner, good_rank, make_ctx, runner_for
 
-from gpucheck.cluster import nodes
+from gpucheck.cluster import job_image, nodes
 from gpucheck.cluster.context import ClusterResult
 from gpucheck.cluster.stages import allreduce, mpi, network, smoke
 from gpucheck.model import Status
@@ -303,6 +304,20 @@ def test_stack_python_comes_from_the_facts_when_the_node_reports_it() -> None:
     ctx = make_ctx(NODES4[:1])
     assert nodes.stack_python(ctx, "node01", "tf-horovod") == "/opt/stacks/tf-horovod/bin/python"
     assert nodes.stack_python(ctx, "node01", "torch") is None
+
+
+def test_where_the_jobs_run_in_their_own_image_its_stacks_are_the_ones_judged_not_the_nodes() -> None:
+    """--launcher kubernetes: the job image's probe (ctx.job_image) answers for every node; an image without the
+    stack is said as the image's lack, with the import's error, never as the nodes'."""
+    ctx = make_ctx(NODES4[:2])  # both nodes report tf-horovod on their own hosts
+    ctx.job_image = job_image.read("\n".join(job_image.MARK + json.dumps(r) for r in (
+        {"python": "/usr/bin/python3"}, {"framework": "tensorflow", "version": "2.15.1"},
+        {"framework": "horovod", "version": None, "error": "ModuleNotFoundError: No module named 'horovod'"})))
+    assert nodes.stack_python(ctx, "node01", "tf-horovod") == "/usr/bin/python3"
+    [result, *_] = smoke.smoke_stage(ctx, runner_for(ctx))
+    assert result.status == Status.ERROR, result.reason  # the lab profile requires both
+    assert ("the tf-horovod stack with tensorflow and horovod is missing in the jobs' image (/usr/bin/python3: "
+            "horovod: ModuleNotFoundError: No module named 'horovod')") in result.reason
 
 
 # ---------------------------------------------------------------- thresholds: each node's own report

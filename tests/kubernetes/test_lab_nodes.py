@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,13 @@ import yaml
 
 import kubekit
 import site_image
+from gpucheck.cluster import job_image
 from lab import config, hostinit
 from lab.errors import LabError
 from lab.kubernetes import agent_image, lab_plane, node_host, node_kit, toolkit
 from labkit import INVENTORY, REPO, lab_cli, read_inventory, require_root
 from support import run_gpucheck, wait_for
+from workload_helpers import TF_HOROVOD
 
 pytestmark = [pytest.mark.lab, pytest.mark.kubernetes]
 NODES = ("node01", "node02")
@@ -50,10 +53,17 @@ def before() -> dict[str, str]:
     return machine_sysctls()
 
 
+def shared() -> tuple[str, ...]:
+    """What the nodes share (`up --share`) for the jobs' image: the workload tests' TensorFlow + Horovod virtualenv
+    (built once per machine) and the interpreter it was made from where Debian's python3.11 in the image is not it."""
+    stack = TF_HOROVOD.ensure()
+    return (str(stack.dir), *([sys.base_prefix] if not sys.base_prefix.startswith("/usr") else []))
+
+
 @pytest.fixture(scope="module")
 def plane(before):
     require_root()
-    lab_cli("up", "--hosts", "2", "--no-golden", "--kubernetes", timeout=1800)
+    lab_cli("up", "--hosts", "2", "--no-golden", "--kubernetes", *(f"--share={d}" for d in shared()), timeout=1800)
     try:
         yield lab_plane.load()
     finally:
@@ -316,10 +326,14 @@ def test_the_daemonsets_watcher_taints_its_node_as_the_fault_appears(plane) -> N
 
 
 def lab_template(plane, tmp_path: Path, name: str, image: str = agent_image.IMAGE) -> str:
-    """deploy/kubernetes/jobs/NAME through the lab's toolkit, as a file for gpucheck cluster's --*-template."""
+    """deploy/kubernetes/jobs/NAME through the lab's toolkit, as a file for gpucheck cluster's --*-template; the job
+    template's pods get the nodes' shared virtualenv, their python named as a site names its image's."""
     path = tmp_path / f"{name}.json"
     base = yaml.safe_load((REPO / "deploy/kubernetes/jobs" / name).read_text())
-    path.write_text(json.dumps(toolkit.for_lab(base, plane.server, image=image)))
+    made = toolkit.for_lab(base, plane.server, image=image, shared=shared() if name == "mpi.yaml" else ())
+    if name == "mpi.yaml":
+        made["metadata"]["annotations"] = {job_image.PYTHON_ANNOTATION: str(TF_HOROVOD.python)}
+    path.write_text(json.dumps(made))
     return str(path)
 
 
@@ -336,22 +350,29 @@ def test_the_image_built_from_the_dockerfile_checks_a_node(plane, tmp_path) -> N
     assert done.returncode == 0 and (node["status"], node["via"]) == ("pass", "kubernetes"), done.stdout + str(node)
 
 
-def test_the_mpi_stage_runs_through_kubernetes_a_rank_on_each_nodes_own_host(plane, tmp_path) -> None:
-    """`gpucheck cluster --launcher kubernetes --job-template`: the MPI stage's job as pods made from
-    deploy/kubernetes/jobs/mpi.yaml (the lab's image standing in for a training image): mpirun in a launcher pod on
-    node01 reaches a worker pod's sshd on node02 with the job's key, and each rank prints its own host's name. No
-    pod and no Secret of the job is left."""
+def test_the_mpi_allreduce_and_smoke_stages_run_through_kubernetes_a_rank_on_each_nodes_own_host(plane,
+                                                                                                 tmp_path) -> None:
+    """`gpucheck cluster --launcher kubernetes --job-template`: the MPI, all-reduce and smoke stages' jobs as pods
+    made from deploy/kubernetes/jobs/mpi.yaml (the lab's image, with the nodes' shared TensorFlow + Horovod, standing
+    in for a training image): mpirun in a launcher pod on node01 reaches a worker pod's sshd on node02 with the job's
+    key, each rank prints its own host's name; the image's probe finds the stack, the workload files come in the
+    job's Secret, and Horovod's all-reduce and Keras training pass with a rank on each node. No pod and no Secret of
+    the jobs is left."""
     plane.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/10-rbac.yaml"))
     done = run_gpucheck(["cluster", "-i", str(INVENTORY), "--launcher", "kubernetes", "--kubeconfig",
                          str(plane.kubeconfig), "--pod-template", lab_template(plane, tmp_path, "check.yaml"),
                          "--job-template", lab_template(plane, tmp_path, "mpi.yaml"), "--profile", "lab-kubernetes",
-                         "--stages", "consistency,mpi", "--report", str(tmp_path / "report"), "--no-history"],
-                        timeout=300)
+                         "--stages", "consistency,mpi,allreduce,smoke", "--smoke-steps", "10", "--report",
+                         str(tmp_path / "report"), "--no-history"], timeout=600)
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    [mpi] = [r for r in report["cluster"] if r["check"] == "cluster.mpi"]
-    assert done.returncode == 0 and mpi["status"] == "pass", done.stdout + json.dumps(mpi, indent=1)
+    found = {r["check"]: r for r in report["cluster"]}
+    assert done.returncode == 0, done.stdout + json.dumps(report["cluster"], indent=1)
+    mpi, allreduce, smoke = found["cluster.mpi"], found["cluster.allreduce"], found["cluster.smoke.tf-horovod"]
     assert mpi["measured"]["hosts"] == {"node01": "node01", "node02": "node02"}, mpi["measured"]
     assert "2 ranks on 2 nodes through Kubernetes" in mpi["reason"], mpi["reason"]
+    assert (allreduce["status"], allreduce["measured"]["tool"], allreduce["measured"]["nodes"]) == (
+        "pass", "allreduce_bench", 2), allreduce
+    assert smoke["status"] == "pass" and smoke["measured"]["2 nodes"]["hosts"] == list(NODES), smoke
     left = {kind: [item["metadata"]["name"] for item in plane.request(
         "GET", f"/api/v1/namespaces/gpucheck/{kind}?labelSelector=app.kubernetes.io%2Fcomponent%3Dcluster-job")[
         "items"] if not item["metadata"].get("deletionTimestamp")] for kind in ("pods", "secrets")}
@@ -370,8 +391,8 @@ def test_a_cluster_run_through_kubernetes_names_the_faulty_node(plane, tmp_path)
                          "--profile", "lab-kubernetes",
                          "--report", str(tmp_path / "report"), "--no-history", "--drain"], timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "leaves out stage network, allreduce, smoke, training, burn (not run through Kubernetes yet)" in done.stdout
-    assert "leaves out stage mpi (no --job-template)" in done.stdout
+    assert "leaves out stage network, burn (not run through Kubernetes yet)" in done.stdout
+    assert "leaves out stage mpi, allreduce, smoke, training (no --job-template)" in done.stdout
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     nodes = {name: node for name, node in report["nodes"].items()}
     assert (nodes["node01"]["status"], nodes["node02"]["status"]) == ("pass", "fail"), nodes

@@ -1,6 +1,6 @@
 """Fixtures of the workload tests: the framework virtualenvs, built once per machine and cached.
 
-A cold cache builds them here (see workload_helpers.py for what and how long); the timings of the
+A cold cache builds them here (see tests/workload_helpers.py for what and how long); the timings of the
 build that made each venv are printed at the end of the run.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from workload_helpers import TF_HOROVOD, TORCH, Stack
 
 _USED: list[Stack] = []

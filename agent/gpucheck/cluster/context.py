@@ -122,11 +122,22 @@ class ClusterContext:
     # knows (slurm.NodeState by NodeName); --launcher kubernetes, every Node (its JSON by name)
     scheduler_nodes: dict[str, Any] | None = None
     slurm_job: str = ""  # --launcher slurm: the allocation a stage holds (the burn's); its jobs run as its steps
+    # --launcher kubernetes: what its job image holds (job_image.read: probed once, by the first stage that asks),
+    # and the workload files its jobs carry (Launcher.distribute's, by name)
+    job_image: dict[str, Any] | None = None
+    job_files: dict[str, bytes] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     def checked(self) -> list[str]:
         """Nodes that returned a report, in inventory order: the ones later stages can use."""
         return [h.name for h in self.inventory.hosts if h.name in self.nodes and self.nodes[h.name].report]
+
+    def stack_facts(self, node: str) -> dict[str, Any]:
+        """Where a job on `node` learns its stacks (`frameworks`, `stacks`): the jobs' own image where they run in
+        one, else the node's report."""
+        if self.job_image is not None:
+            return self.job_image
+        return (self.nodes[node].facts or {}) if node in self.nodes else {}
 
     def usable(self) -> list[str]:
         """Checked nodes that did not fail: partners for network and training stages."""

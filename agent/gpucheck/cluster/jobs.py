@@ -37,16 +37,22 @@ def stack_cast(ctx: ClusterContext, check: str, framework: Framework, name: str)
                if not all(_has(ctx, n, stack, f) for f in needs)}
     if len(lacking) == len(cast.nodes):
         status = Status.ERROR if _required(ctx, cast.nodes, needs) else Status.SKIP
-        return ClusterResult(check, status, reason=f"the {stack} stack with {' and '.join(needs)} is missing on "
-                             f"every node (no node reports it in facts.frameworks): cannot run the {name} job"
-                             + unknown_thresholds(ctx, cast.nodes),  # whether their profile requires it
-                             remediation=f"install the {stack} stack (site.yml, frameworks role) or pick another "
-                                         "--framework")
+        if ctx.job_image is not None:  # the jobs run in their own image: it is what lacks them
+            image = ctx.job_image
+            said = "; ".join(f"{k}: {v}" for k, v in (image.get("errors") or {}).items() if k in needs)
+            where = f"missing in the jobs' image ({image.get('python')}{': ' + said if said else ''})"
+            remedy = "use a --job-template whose image has them (its python: the annotation gpucheck/python)"
+        else:
+            where = "missing on every node (no node reports it in facts.frameworks)"
+            remedy = f"install the {stack} stack (site.yml, frameworks role)"
+        return ClusterResult(check, status, reason=f"the {stack} stack with {' and '.join(needs)} is {where}: "
+                             f"cannot run the {name} job" + unknown_thresholds(ctx, cast.nodes),  # their profile's
+                             remediation=f"{remedy} or pick another --framework")
     return Participants([n for n in cast.nodes if n not in lacking], {**cast.left_out, **lacking})
 
 
 def _has(ctx: ClusterContext, node: str, stack: str, framework: str) -> bool:
-    versions = ((ctx.nodes[node].facts or {}).get("frameworks") or {}).get(stack) or {}
+    versions = (ctx.stack_facts(node).get("frameworks") or {}).get(stack) or {}
     return versions.get(framework) is not None
 
 

@@ -128,8 +128,9 @@ def hostname(ctx: ClusterContext, node: str) -> str:
 def stack_python(ctx: ClusterContext, node: str, stack: str) -> str | None:
     """The stack's python on the node: from the node's facts when it reports the path
     (facts.stacks.<stack>.python), else by convention /opt/stacks/<stack>/bin/python if the node
-    reports the stack at all; None when the node has no such stack."""
-    facts = ctx.nodes[node].facts or {}
+    reports the stack at all; None when the node has no such stack. (The jobs' own image's, where they run in
+    one: ctx.stack_facts.)"""
+    facts = ctx.stack_facts(node)
     declared = (facts.get("stacks") or {}).get(stack)
     if isinstance(declared, dict) and declared.get("python"):
         return str(declared["python"])

@@ -30,15 +30,15 @@ class Burns(Protocol):
 
 class Launcher(ABC):
     through = ""  # how its jobs start, as a reason says it: "through Slurm"
-    # the stages of stages.order.ACROSS_NODES whose work it starts across the nodes (None: every one); a run leaves
-    # the others out
-    across_nodes: frozenset[str] | None = None
+    # the stages of stages.order.ACROSS_NODES whose work it does not start across the nodes (yet): a run leaves
+    # them out
+    not_across: frozenset[str] = frozenset()
     drains_in = "slurm"  # the scheduler --drain tells: report.json's key for what it did, its lines' prefix
 
     def cannot_run(self, stage: str, options: Options) -> str:
         """Why it does not start stage `stage`'s work across the nodes ("": it does; a stage that only reads the
         reports runs with every launcher)."""
-        return "" if self.across_nodes is None or stage in self.across_nodes else f"not run {self.through} yet"
+        return f"not run {self.through} yet" if stage in self.not_across else ""
 
     def read_nodes(self, options: Options) -> dict[str, Any] | None:
         """What it must know of the nodes before the run (Slurm: each node's state; Kubernetes: its Nodes);
@@ -51,6 +51,17 @@ class Launcher(ABC):
 
     def summary(self, ctx: ClusterContext) -> str:
         """A line after the node checks ("": nothing to say)."""
+        return ""
+
+    def probe(self, ctx: ClusterContext, run: RemoteHosts, node: str, command: str, timeout: float) -> Remote:
+        """A shell command where a job on `node` would run (over SSH: the node itself): what a stage asks before
+        it starts one (which all_reduce_perf is there)."""
+        return run.run(node, command, timeout)
+
+    def job_stacks(self, ctx: ClusterContext, run: RemoteHosts) -> str:
+        """Where the jobs do not run on the nodes' own stacks (Kubernetes: its job image's), learn theirs into
+        ctx.job_image once (ctx.stack_facts answers from it then); why they cannot be known ("": they are, or the
+        nodes' reports say)."""
         return ""
 
     @abstractmethod

@@ -69,7 +69,7 @@ def measure(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], timeout: fl
     the built-in benchmark. `tool`: where the caller keeps which one was found (probed once, then reused)."""
     launcher, tool = nodes[0], [] if tool is None else tool
     if not tool:
-        probe = run.run(launcher, "command -v all_reduce_perf", 30)
+        probe = launchers.of(ctx).probe(ctx, run, launcher, "command -v all_reduce_perf", 30)
         if probe.error and probe.kind != "timeout":
             return ClusterResult(CHECK, Status.ERROR, reason=f"cannot reach the launcher {launcher}: "
                                  f"{probe.describe()}")
@@ -120,6 +120,9 @@ def _nccl_tests(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], binary:
 def _builtin(ctx: ClusterContext, run: RemoteHosts, nodes: list[str], minimum: float | None, source: str,
              options: Options, timeout: float) -> ClusterResult:
     stack = HOROVOD_STACK
+    if why := launchers.of(ctx).job_stacks(ctx, run):
+        return ClusterResult(CHECK, Status.ERROR, reason=f"no all_reduce_perf on {nodes[0]}, and the built-in "
+                             f"benchmark's stack cannot be known: {why}")
     python, unusable = jobs.pythons(ctx, nodes, stack)
     if python is None or unusable:
         why = "; ".join(f"{n}: {w}" for n, w in unusable.items())

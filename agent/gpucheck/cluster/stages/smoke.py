@@ -66,6 +66,9 @@ def smoke_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Res
     if framework is None:
         return [ClusterResult(check, Status.ERROR,
                               reason=f"unknown framework {name!r} (one of {', '.join(FRAMEWORKS)})")]
+    run = run or remote_hosts(ctx)
+    if why := launchers.of(ctx).job_stacks(ctx, run):
+        return [ClusterResult(check, Status.ERROR, reason=f"cannot know the job's stack: {why}")]
     cast = jobs.stack_cast(ctx, check, framework, name)
     if isinstance(cast, ClusterResult):
         return [cast]
@@ -74,7 +77,6 @@ def smoke_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[Res
     if python is None or unusable:
         return [ClusterResult(check, Status.ERROR, reason="cannot find one python for the job: " + "; ".join(
             f"{n}: {w}" for n, w in unusable.items()))]
-    run = run or remote_hosts(ctx)
     path, failed = launchers.of(ctx).distribute(ctx, run, nodes, launch.script_path(framework.workload))
     if failed:
         return [ClusterResult(check, Status.ERROR, reason="cannot copy the job to the nodes: " + "; ".join(

@@ -41,6 +41,9 @@ def training_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[
     framework = FRAMEWORKS.get(name)
     if framework is None or not framework.benchmark_workload:
         return [ClusterResult(check, Status.ERROR, reason=f"no training benchmark for --framework {name!r}")]
+    run = run or remote_hosts(ctx)
+    if why := launchers.of(ctx).job_stacks(ctx, run):
+        return [ClusterResult(check, Status.ERROR, reason=f"cannot know the job's stack: {why}")]
     cast = jobs.stack_cast(ctx, check, framework, f"{name} ResNet-50")
     if isinstance(cast, ClusterResult):
         return [cast]
@@ -54,7 +57,6 @@ def training_stage(ctx: ClusterContext, run: RemoteHosts | None = None) -> list[
     if python is None or unusable:
         return [ClusterResult(check, Status.ERROR, reason="cannot find one python for the job: " + "; ".join(
             f"{n}: {w}" for n, w in unusable.items()))]
-    run = run or remote_hosts(ctx)
     script = launch.script_path(framework.benchmark_workload)
     path, failed = launchers.of(ctx).distribute(ctx, run, nodes, script)
     if failed:

@@ -1,4 +1,5 @@
-"""Helpers for the workload tests: the framework virtualenvs (built once, cached), launchers, parsing.
+"""Helpers for the workload tests: the framework virtualenvs (built once, cached), launchers, parsing. In tests/
+itself: the Kubernetes lab's nodes share the tf-horovod virtualenv too (tests/kubernetes/test_lab_nodes.py).
 
 The virtualenvs live under ~/.cache/gpucheck/test-venvs/<key> (or $GPUCHECK_TEST_VENVS), keyed by the
 pinned versions and the interpreter, built by the tests themselves on a fresh machine and reused after:
@@ -233,7 +234,7 @@ def free_ports(count: int) -> int:
     raise RuntimeError(f"no run of {count} free ports on 127.0.0.1")
 
 
-if __name__ == "__main__":  # build by hand: python tests/workloads/workload_helpers.py tf-horovod torch
+if __name__ == "__main__":  # build by hand: python tests/workload_helpers.py tf-horovod torch
     for name in sys.argv[1:]:
         stack = {"tf-horovod": TF_HOROVOD, "torch": TORCH}[name].ensure()
         print(name, stack.dir, json.dumps(stack.timings))
