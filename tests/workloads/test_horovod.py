@@ -8,10 +8,10 @@ runs (with localhost for the hosts).
 from __future__ import annotations
 
 import pytest
-from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, launch
 
 from gpucheck.workloads.launch import horovodrun_command, mpirun_command
 from gpucheck.workloads.results import judge_allreduce, judge_smoke, parse_results, scaling
+from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, launch
 
 SMOKE = WORKLOADS / "smoke_horovod_keras.py"
 BENCH = WORKLOADS / "allreduce_bench.py"

@@ -11,9 +11,9 @@ import sys
 import time
 
 import pytest
-from workload_helpers import WORKLOADS, Stack, load_workload
 
 from gpucheck.workloads.results import MARK, parse_results
+from workload_helpers import WORKLOADS, Stack, load_workload
 
 
 @pytest.fixture

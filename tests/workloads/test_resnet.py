@@ -13,10 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from workload_helpers import WAIT_S, WATCHDOG_S, Stack, free_ports, launch, load_workload
 
 from gpucheck.workloads.launch import mpirun_command, script_path, torchrun_command
 from gpucheck.workloads.results import parse_results
+from workload_helpers import WAIT_S, WATCHDOG_S, Stack, free_ports, launch, load_workload
 
 HOROVOD = script_path("resnet-horovod")
 TORCH = script_path("resnet-torch")

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from workload_helpers import WORKLOADS, load_workload
 
 from gpucheck.workloads.launch import SUPPORT_FILES
 from gpucheck.workloads.results import MARK, parse_results
+from workload_helpers import WORKLOADS, load_workload
 
 SCRIPTS = {
     "smoke_horovod_keras.py": {"tensorflow", "horovod", "numpy"},

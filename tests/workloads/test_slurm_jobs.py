@@ -7,7 +7,6 @@ across the lab's hosts: tests/cluster_lab/test_slurm_lab.py."""
 from __future__ import annotations
 
 import pytest
-from workload_helpers import WAIT_S, WATCHDOG_S, free_ports
 
 import slurmkit
 from gpucheck.cluster import jobs, launchers
@@ -16,6 +15,7 @@ from gpucheck.cluster.inventory import Host, Inventory
 from gpucheck.cluster.slurm import jobs as slurm_jobs
 from gpucheck.workloads import launch
 from gpucheck.workloads.results import judge_smoke, parse_results
+from workload_helpers import WAIT_S, WATCHDOG_S, free_ports
 
 STEPS = ["--epochs", "2", "--steps", "5", "--timeout-s", str(WATCHDOG_S)]
 

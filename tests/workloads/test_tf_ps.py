@@ -11,10 +11,10 @@ import sys
 import time
 
 import pytest
-from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, free_ports, kill_group
 
 from gpucheck.workloads.launch import plan_ps_cluster, remote_command
 from gpucheck.workloads.results import judge_ps, parse_results
+from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, free_ports, kill_group
 
 SCRIPT = WORKLOADS / "smoke_tf_ps.py"
 TIMEOUT = WAIT_S

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, free_ports, launch
 
 from gpucheck.workloads.launch import torchrun_command
 from gpucheck.workloads.results import judge_allreduce, judge_smoke, parse_results, scaling
+from workload_helpers import WAIT_S, WATCHDOG_S, WORKLOADS, Stack, free_ports, launch
 
 SMOKE = WORKLOADS / "smoke_torch_ddp.py"
 BENCH = WORKLOADS / "allreduce_bench.py"
