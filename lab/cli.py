@@ -54,6 +54,8 @@ kinds:
                        program that keeps NVML open sees the change, as counters change on a real GPU
   xid [CODE]           log an Xid (default 79, fallen off the bus) in the host's kernel log, the file its
                        gpucheck watch follows (lab/kernel_log.py)
+  ib [DEV/]COUNTER[+N] raise one counter of a simulated InfiniBand port by N (default mlx5_0's link_downed by 1: a
+                       flap); the host needs `up --ib-ports N`
   drift PKG==VER       pip-install another version of one package in the host's virtualenvs
                        (those under /opt, /usr/local, /root, /srv that have it, or --venv DIR)
   drift PKG=VER        apt-get install another version of one Debian package
@@ -62,6 +64,7 @@ examples:
   python3 -m lab fault node02 down
   python3 -m lab fault node03 scenario ecc-uncorrected
   python3 -m lab fault node01 drift numpy==1.26.0
+  python3 -m lab fault node02 ib mlx5_3/symbol_error+50
 """
 
 
@@ -91,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin", action="store_true",
                    help=f"also an admin node, {config.ADMIN_HOST} (no GPUs, the address before node01): inventory "
                         "group admin, where site.yml's scheduler stage runs slurmctld")
+    p.add_argument("--ib-ports", type=int, default=0, metavar="N",
+                   help="give every GPU host N simulated InfiniBand ports (ConnectX-7, NDR 400, ACTIVE, counters at 0) "
+                        "in its fake sysfs; `fault HOST ib` steps their counters")
     p.add_argument("--share", action="append", default=[], type=Path, metavar="DIR",
                    help="bind DIR (absolute) read-only at the same path into every GPU host, as a site's shared "
                         "filesystem gives the nodes one copy of, e.g., a training virtualenv; repeatable")
@@ -110,11 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER, help="kubectl's arguments")
     sub.add_parser("down", help="remove the whole lab (also after an interrupted up or a killed host)")
 
-    p = sub.add_parser("fault", help="inject a fault into one host (down, up, hang, scenario, drift)",
+    p = sub.add_parser("fault", help="inject a fault into one host (down, up, hang, scenario, xid, ib, drift)",
                        description=FAULT_HELP, formatter_class=fmt)
     p.add_argument("host", help="host name (node02) or address")
-    p.add_argument("kind", choices=["down", "up", "hang", "scenario", "drift", "xid"])
-    p.add_argument("arg", nargs="?", help="scenario NAME, drift PKG==VER / PKG=VER, hang CALL or xid CODE")
+    p.add_argument("kind", choices=["down", "up", "hang", "scenario", "drift", "xid", "ib"])
+    p.add_argument("arg", nargs="?", help="scenario NAME, drift PKG==VER / PKG=VER, hang CALL, xid CODE or ib "
+                                          "[DEV/]COUNTER[+N]")
     p.add_argument("--venv", help="for drift: the virtualenv to change (default: every one that has the package)")
 
     p = sub.add_parser("ssh", help="ssh into a host as root (interactive, or run CMD)",
@@ -191,7 +198,8 @@ def dispatch(args: argparse.Namespace) -> int:
         cluster.up(cluster.UpOptions(hosts=hosts, scenarios=scenarios, subnet=args.subnet,
                                      allow=tuple(args.allow), golden=not args.no_golden,
                                      playbook=args.playbook.resolve(), admin=args.admin,
-                                     kubernetes=args.kubernetes, share=tuple(args.share)))
+                                     kubernetes=args.kubernetes, share=tuple(args.share),
+                                     ib_ports=args.ib_ports))
         say(stays_up())
         return EXIT_OK
     if args.command == "slurm":

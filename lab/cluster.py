@@ -13,7 +13,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import config, gpus, host, images, inventory, kernel_log, keys, net, procs, rootfs, slurm, standin_repo, state
+from lab import (
+    config,
+    gpus,
+    host,
+    ib_ports,
+    images,
+    inventory,
+    kernel_log,
+    keys,
+    net,
+    procs,
+    rootfs,
+    slurm,
+    standin_repo,
+    state,
+)
 from lab.errors import EXIT_FAIL, EXIT_OK, EXIT_WARN, LabError
 from lab.kubernetes import agent_image, build, lab_plane, node_host, node_kit
 from lab.progress import fmt_duration, plural, say, step
@@ -46,6 +61,7 @@ class UpOptions:
     admin: bool = False  # also an admin node, config.ADMIN_HOST (no GPUs; the Slurm controller)
     kubernetes: bool = False  # a control plane on the bridge, and every GPU host a Kubernetes node
     share: tuple[Path, ...] = ()  # directories bound read-only at their own path into every GPU host
+    ib_ports: int = 0  # simulated InfiniBand ports in every GPU host's fake sysfs (lab/ib_ports.py)
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,8 @@ def up(opts: UpOptions) -> LabState:
     scenarios = opts.scenarios or [config.DEFAULT_SCENARIO] * opts.hosts
     if len(scenarios) != opts.hosts:
         raise LabError(f"--scenarios names {len(scenarios)} scenarios for {opts.hosts} hosts: give one per host")
+    if not 0 <= opts.ib_ports <= 18:
+        raise LabError(f"--ib-ports must be between 0 and 18 (got {opts.ib_ports})")
     if unshared := [str(d) for d in opts.share if not (d.is_absolute() and d.is_dir())]:
         raise LabError(f"--share takes an absolute path of a directory: {', '.join(unshared)}")
     why = net.namespaces_available()
@@ -148,6 +166,8 @@ def _create(st: LabState, opts: UpOptions, scenarios: list[str], library: Path, 
             rootfs.prepare_host_dirs(h.name)
             if h.role == "node":
                 gpus.install(h.scenario, config.host_run_dir(h.name) / "fakenvml", h.name, gpus.reset_layer(h.name))
+                h.ib_ports = opts.ib_ports
+                ib_ports.write(sys_tree(h.name), h.ib_ports)
             node = node_host.parts(h.name, h.address, config.cgroup_name(h.name), kube.node,
                                    lab_plane.join(plane, h.name), kube.agent_image) \
                 if kube and plane and h.name in nodes else None
@@ -268,7 +288,12 @@ def describe(st: LabState) -> str:
 
 
 # ----------------------------------------------------------------------------------------- faults
-FAULT_KINDS = ("down", "up", "hang", "scenario", "drift", "xid")
+FAULT_KINDS = ("down", "up", "hang", "scenario", "drift", "xid", "ib")
+
+
+def sys_tree(name: str) -> Path:
+    """Host `name`'s fake sysfs as the machine sees it (what its GPUCHECK_SYSFS_ROOT names inside)."""
+    return config.host_run_dir(name) / "fakenvml" / Path(config.FAKE_SYSFS_DIR).name
 
 
 def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None) -> str:
@@ -276,7 +301,7 @@ def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None)
     with state.locked():
         st = state.load_up()
         h = st.host(name)
-        if h.role != "node" and kind in ("hang", "scenario", "xid"):
+        if h.role != "node" and kind in ("hang", "scenario", "xid", "ib"):
             raise LabError(f"{h.name} is the {h.role} node: it has no simulated GPUs to fault")
         fake_dir = config.host_run_dir(h.name) / "fakenvml"
         if kind == "down":
@@ -297,6 +322,7 @@ def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None)
                 raise LabError("fault HOST scenario needs a scenario name, e.g. "
                                "`fault node02 scenario ecc-uncorrected`")
             gpus.install(arg, fake_dir, h.name, gpus.reset_layer(h.name))
+            ib_ports.write(sys_tree(h.name), h.ib_ports)  # the new tree is the scenario's PCI bus alone
             h.scenario = arg
             h.faults = [f for f in h.faults if not f.startswith(("hang", "scenario"))] + [f"scenario {arg}"]
             msg = f"{h.name}: simulated GPUs now from scenario {arg}"
@@ -306,6 +332,8 @@ def fault(name: str, kind: str, arg: str | None = None, venv: str | None = None)
                 raise LabError(f"fault HOST xid takes an Xid code (a number such as 79), not {code!r}")
             kernel_log.plant(h.name, kernel_log.xid_message(int(code)))
             return f"{h.name}: Xid {code} logged in {kernel_log.HOST_FILE}"  # a line, not a state: nothing to undo
+        elif kind == "ib":
+            return f"{h.name}: {ib_ports.step(sys_tree(h.name), arg)}"  # a count, not a state: nothing to undo
         elif kind == "drift":
             msg = _drift(h, arg, venv)
             _set_fault(h, f"drift {arg}", f"drift {arg}")

@@ -31,6 +31,7 @@ class HostState:
     pid: int | None = None  # the host's supervisor (hostinit.py), whose systemd-nspawn boots its systemd
     role: str = "node"  # node (simulated GPUs) | admin (none)
     faults: list[str] = field(default_factory=list)
+    ib_ports: int = 0  # simulated InfiniBand ports in its fake sysfs (lab/ib_ports.py)
 
 
 @dataclass

@@ -157,7 +157,7 @@ class LabSession:
             if lab_is_up():
                 lab_cli("down")
             scenarios = ",".join(s for s, _ in SCENARIOS.values())
-            lab_cli("up", "--hosts", "3", "--scenarios", scenarios, "--no-golden", timeout=900)
+            lab_cli("up", "--hosts", "3", "--scenarios", scenarios, "--no-golden", "--ib-ports", "2", timeout=900)
             self.lab = Lab(read_inventory())
         return self.lab
 

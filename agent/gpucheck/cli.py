@@ -200,7 +200,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def node_report(args: argparse.Namespace) -> int:
-    from .node import kept_reports
+    from .node import ib_counters, kept_reports
     from .node.kernel_log import remember_clean_run
     from .node.pipeline import Options, UsageError, all_checks, run_node
     from .report.node import render
@@ -234,8 +234,9 @@ def node_report(args: argparse.Namespace) -> int:
         fail(str(exc))
     if args.scheduled and scheduler is not None:
         report.facts["scheduled"] = {"kind": args.scheduled, "job": scheduler.job()}
-    if note := remember_clean_run(report.results):  # the next run's Xid window starts where this one read to
-        print(f"gpucheck: note: {note}", file=sys.stderr)
+    for note in (remember_clean_run(report.results), ib_counters.remember(report.results)):  # the next run's start
+        if note:
+            print(f"gpucheck: note: {note}", file=sys.stderr)
     active = any(c.active for c in all_checks() if c.id in {r.check for r in report.results})  # --full, --only
     report.facts["last_active_pass"] = kept_reports.last_active_pass(report, active)
     if not active and (args.format == "prometheus" or site.prometheus_textfile):  # only that text carries them:
@@ -326,6 +327,14 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         print("\nIts thresholds, and where each came from (a site's own profile, if one matched, would win):")
         for key, value, source in rows:
             print(f"  {key:<{width}}  {value:<{value_width}}  {source}")
+    from .node.ib_counters import limit_rows
+
+    rows = limit_rows(chosen)
+    width = max(len(row[0]) for row in rows)
+    print(f"\nInfiniBand error counters (ib.counters), the most each may rise between two runs"
+          f"{' for ' + chosen.name if chosen else ''}:")
+    for key, value, source in rows:
+        print(f"  {key:<{width}}  {value:<10}  {source}")
     return EXIT_OK
 
 

@@ -66,6 +66,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "rate_Gbps_min": NUM,
         "link_layer": (str,),
         "nic_affinity_required": (bool,),
+        "counter_limits": (dict,),  # error counter -> the most it may rise between two runs (node/ib_counters.py)
     },
     "bandwidth": {
         "nccl_allreduce_busbw_GBps_min": NUM,
@@ -280,6 +281,12 @@ def _check_value(origin: str, section: str, key: str, value: Any) -> None:
                 hint = f"did you mean '{close[0]}'? " if close else ""
                 raise ProfileError(f"{origin}: '{name}' has unknown name {_shown(item)} ({hint}known: "
                                    f"{', '.join(known)})")
+    elif isinstance(value, dict) and (section, key) == ("infiniband", "counter_limits"):  # {counter: count}
+        for counter, limit in value.items():
+            if not isinstance(counter, str) or not counter.replace("_", "").isalnum():
+                raise ProfileError(f"{origin}: '{name}' keys are counter names (symbol_error), got {_shown(counter)}")
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+                raise ProfileError(f"{origin}: '{name}.{counter}' must be a whole number >= 0, got {_shown(limit)}")
     elif isinstance(value, dict):  # host.disk_free_GiB_min: {path: GiB}
         for path, minimum in value.items():
             if not isinstance(path, str) or not path.startswith("/"):

@@ -146,3 +146,27 @@ def test_the_prod_inventory_places_its_26_nodes_in_racks_leaf_switches_and_pdus(
     assert racks == set("ABCDEFG") and {h.vars["leaf_switch"] for h in inventory.hosts} == {
         "leaf01", "leaf02", "leaf03", "leaf04"}
     assert all(h.vars["pdu"].startswith(h.vars["rack"] + "-") for h in inventory.hosts)
+
+
+def test_infiniband_counters_rising_behind_one_leaf_switch_blame_the_switch_though_every_node_passed():
+    """Five nodes of leaf1's eight whose symbol errors rose this run, each within its limit (ib.counters passed):
+    no node is bad, but ports moving together behind one switch point at the switch; a node elsewhere whose counters
+    rose alone does not move the blame."""
+    ctx = prod_like()
+    for name in ("node01", "node03", "node05", "node07", "node08", "node20"):
+        ctx.nodes[name].report["results"].append({"check": "ib.counters", "status": "pass", "measured": {
+            "rose": {"mlx5_0/1": {"symbol_error": 4}}}})
+    result = only(shape_stage(ctx))
+    assert result.status == Status.WARN
+    assert result.reason.startswith("leaf switch leaf1: 5 of 8 nodes whose InfiniBand error counters rose (node01, "
+                                    "node03, node05, node07, node08), 1 of 18 elsewhere (by chance: 0.45%)"), (
+        result.reason)
+    assert set(result.nodes) == {"node01", "node03", "node05", "node07", "node08"}
+
+
+def test_counters_that_rose_on_nodes_spread_over_the_switches_blame_none():
+    ctx = prod_like()
+    for name in ("node01", "node10", "node19", "node25"):
+        ctx.nodes[name].report["results"].append({"check": "ib.counters", "status": "pass", "measured": {
+            "rose": {"mlx5_0/1": {"link_error_recovery": 1}}}})
+    assert only(shape_stage(ctx)).status == Status.PASS

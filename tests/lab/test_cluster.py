@@ -4,6 +4,7 @@ lab proxy, real OpenMPI across hosts, the fake NVML inside hosts only, and fault
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import yaml
 
 from lab import config, procs
 from labkit import INVENTORY, REPO, SCENARIOS, Lab, lab_cli, ssh_argv
+from support import run_gpucheck
 
 pytestmark = pytest.mark.lab
 
@@ -168,6 +170,25 @@ def test_fault_scenario_changes_the_gpus_that_host_sees(lab3: Lab) -> None:
     finally:
         lab_cli("fault", "node03", "scenario", SCENARIOS["node03"][0])
     assert gpu_count(lab3, "node03") == 7
+
+
+def test_fault_ib_steps_a_simulated_port_counter_the_host_sees_and_the_agent_judges_a_flap(lab3: Lab,
+                                                                                           tmp_path) -> None:
+    """`up --ib-ports 2`: each host's fake sysfs has two ACTIVE NDR ports, counters at 0. `fault node02 ib` raises
+    mlx5_0's link_downed by one, which node02 reads at once and node01 never sees; the agent, given node02's tree,
+    passes before it and fails the flap after it, naming the port."""
+    counter = "class/infiniband/mlx5_0/ports/1/counters/link_downed"
+    inside = f"cat {config.FAKE_SYSFS_DIR}/{counter}"
+    tree = config.host_run_dir("node02") / "fakenvml" / Path(config.FAKE_SYSFS_DIR).name
+    env = {**os.environ, "GPUCHECK_SYSFS_ROOT": str(tree), "GPUCHECK_STATE_DIR": str(tmp_path)}
+    args = ["node", "--only", "ib.counters", "--profile", "generic", "--format", "json"]
+    assert lab3.ssh("node02", inside).stdout.strip() == "0"
+    assert run_gpucheck(args, env=env).returncode == 0
+    said = lab_cli("fault", "node02", "ib")
+    assert "node02: mlx5_0 port 1 link_downed now 1" in said.stdout
+    assert lab3.ssh("node02", inside).stdout.strip() == "1" and lab3.ssh("node01", inside).stdout.strip() == "0"
+    flap = run_gpucheck(args, env=env)
+    assert flap.returncode == 2 and "mlx5_0/1 flapped: link_downed +1 (now 1), port ACTIVE now" in flap.stdout
 
 
 def test_fault_hang_makes_that_hosts_nvml_hang(lab3: Lab) -> None:

@@ -26,6 +26,8 @@ FIXTURE_KIND: dict[str, str | None] = {
     "horovod-nccl/ldd-horovod-torch-mpi_lib_v2-spack-FRAGMENT-horovod3831.txt": "ldd",
     "horovod-nccl/nccl-info-multinode-ib-p2p-direct-pointer-channels-FRAGMENT-nccl1412.txt": "nccl-debug",
     "horovod-nccl/nccl-info-socket-fallback-no-ib-device-FRAGMENT-nccl952.txt": "nccl-debug",
+    "ib-counters/h100-cx7-ndr400-mlx5_1-port1-link_downed-255-saturated-gpud943.txt": "ib-counters",
+    "ib-counters/i40iw-iwarp-no-pma-grep-node-exporter966.txt": "ib-counters",
     "ibstat/ibstat-h100-12hca-8xNDR400-active-3eth-down.txt": "ibstat",
     "ibstat/ibstatus-a100-azure-8xHDR200-plus-eth.txt": "ibstat",
     "nccl-tests/a100-8gpu-allreduce-oldformat-superbench.txt": "nccl-tests",
@@ -48,7 +50,7 @@ FIXTURE_KIND: dict[str, str | None] = {
     "xid/gb200-xid149-xid145-xid144-nvlink-kmsg-no-timestamp-gpud1174-1160.txt": "xid",
     "xid/gpu-xid31-mmu-fault-xid62-then-xid45-storm-chia301.txt": "xid",
 }
-KINDS = ["nccl-tests", "perftest", "ibstat", "horovod-build", "xid", "topo", "nccl-debug", "dcgmi",
+KINDS = ["nccl-tests", "perftest", "ibstat", "ib-counters", "horovod-build", "xid", "topo", "nccl-debug", "dcgmi",
          "nvidia-smi-xml", "ldd", "ldconfig"]
 
 # Kinds with no file in tests/fixtures/real: output captured on Debian 12 (glibc 2.36), name -> (kind, text).

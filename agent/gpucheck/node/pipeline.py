@@ -31,6 +31,7 @@ from . import (
     gpu,
     health,
     host,
+    ib_counters,
     identity,
     infiniband,
     kernel_log,
@@ -42,8 +43,8 @@ from .burnin import p2p
 from .stack import frameworks, libraries, pins
 
 # The burn-in (burnin, p2p, dcgm) before bw.*: each loads the GPUs in turn, never two at once.
-DOMAINS = [gpu, health, links, kernel_log, infiniband, libraries, frameworks, pins, busy, burnin, p2p, dcgm, bandwidth,
-           host]
+DOMAINS = [gpu, health, links, kernel_log, infiniband, ib_counters, libraries, frameworks, pins, busy, burnin, p2p,
+           dcgm, bandwidth, host]
 
 
 class UsageError(Exception):

@@ -19,6 +19,7 @@ MODULES = {
     "nccl-tests": "nccl_tests",
     "perftest": "perftest",
     "ibstat": "ibstat",
+    "ib-counters": "ib_counters",
     "horovod-build": "horovod_build",
     "xid": "xid",
     "topo": "topo",

@@ -2,7 +2,9 @@
 `leaf_switch` and `pdu` say which nodes share a component; when the nodes that failed or warned, in their own
 checks or in any stage before this one, gather behind one component beyond what chance explains, the report names
 the component ("rack B: 3 of 4 nodes ..."), not each node alone. The network stage's slow pairs are read the same
-way against the leaf switches. Warn, never fail: the nodes' own verdicts stand; this says what they share.
+way against the leaf switches, and so are the nodes whose InfiniBand error counters rose in this run (ib.counters'
+`rose`), within their limits or past them: ports behind one switch moving together point at the switch, where
+each node alone looks healthy. Warn, never fail: the nodes' own verdicts stand; this says what they share.
 
 Beyond chance: at least 2 bad nodes (or slow pairs) there, at least half of the component's, and either every one
 of its nodes and no other node of the cluster, or a chance below CHANCE_MAX of so many landing there if the bad
@@ -19,6 +21,8 @@ from ...model import Result, Status
 from ..context import ClusterContext, ClusterResult
 
 CHECK = "cluster.shape"
+IB_COUNTERS = "ib.counters"  # the node check whose `rose` says which ports' error counters moved
+ROSE = "nodes whose InfiniBand error counters rose"
 COMPONENTS = ("rack", "leaf_switch", "pdu")  # the inventory variables, as the report names them
 LABEL = {"rack": "rack", "leaf_switch": "leaf switch", "pdu": "PDU"}
 CHANCE_MAX = 0.01  # a 1-in-100 draw: a 26-node cluster with 4 bad nodes, 3 of them in one 4-node rack, is 0.6 %
@@ -120,6 +124,17 @@ def slow_pairs(ctx: ClusterContext) -> tuple[dict[str, list[Hashable]], set[Hash
     return groups, slow
 
 
+def counters_rose(ctx: ClusterContext, nodes: list[str]) -> set[Hashable]:
+    """The nodes whose InfiniBand error counters rose since their last run (their report's ib.counters)."""
+    found: set[Hashable] = set()
+    for name in nodes:
+        for result in (ctx.nodes[name].report or {}).get("results") or []:
+            if isinstance(result, dict) and result.get("check") == IB_COUNTERS and isinstance(
+                    result.get("measured"), dict) and result["measured"].get("rose"):
+                found.add(name)
+    return found
+
+
 def shared_checks(found: dict[str, list[str]], nodes: tuple[Hashable, ...]) -> str:
     """What the nodes have in common: the checks every one of them failed or warned in."""
     common = set.intersection(*(set(found[str(n)]) for n in nodes))
@@ -136,6 +151,9 @@ def shape_stage(ctx: ClusterContext) -> list[Result]:
     clusters = [c for kind, groups in where.items() for c in gathered(kind, groups, set(found))]
     pair_groups, slow = slow_pairs(ctx)
     clusters += gathered("leaf_switch", pair_groups, slow, "pairs") if pair_groups else []
+    named = {c.name for c in clusters if c.kind == "leaf_switch"}  # a switch already blamed is not named twice
+    clusters += [c for c in gathered("leaf_switch", where.get("leaf_switch", {}), counters_rose(ctx, nodes), ROSE)
+                 if c.name not in named]
     measured = {kind: {name: len(members) for name, members in groups.items()} for kind, groups in where.items()}
     known = ", ".join(f"{len(groups)} {LABEL[kind]}(s)" for kind, groups in where.items())
     if not clusters:
