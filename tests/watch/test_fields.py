@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from gpucheck.watch.fields import concerned, settled
+from gpucheck.watch.fields import concerned, flaps, settled
 
 GPU = {"ecc_uncorrected": 0, "remapped_rows": [0, 0, 0], "retired_pending": None, "clock_events": 0,
        "temperature_c": 40, "power_limit_mw": 700000, "pcie_width": 16, "nvlinks_up": 18}
@@ -44,3 +44,9 @@ def test_a_temperature_is_judged_once_per_step_up_and_never_on_the_way_down():
     assert list(concerned(kept, changed(g0__temperature_c=45))) == ["gpu.temperature"]
     cooler = settled(SAMPLE, changed(g0__temperature_c=30))
     assert concerned(SAMPLE, changed(g0__temperature_c=30)) == {} and cooler["gpus"]["0"]["temperature_c"] == 30
+
+
+def test_a_ports_link_downed_stepping_is_a_flap_for_ib_counters_and_a_new_port_is_no_step():
+    assert flaps({"mlx5_0/1": 3}, {"mlx5_0/1": 4, "mlx5_1/1": 9}) == {"ib.counters": ["mlx5_0/1 link_downed 3 -> 4"]}
+    assert flaps(None, {"mlx5_0/1": 4}) == {}  # the first reading judges nothing
+    assert flaps({"mlx5_0/1": 4}, {"mlx5_0/1": 4}) == {}

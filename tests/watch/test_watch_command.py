@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 import slurmkit
+from lab import ib_ports
 from support import wait_for
 from watchkit import Watch
 
@@ -74,6 +75,23 @@ def test_a_stepped_ecc_counter_is_judged_by_its_check(watch, slurm):
     said = watch.wait("slurm: drained")
     assert "GPU0 ecc_uncorrected 0 -> 2" in said and "gpu.ecc_errors fail" in said
     assert slurm.state()[1].startswith("gpucheck: watch: gpu.ecc_errors")
+
+
+def test_a_flapping_infiniband_port_drains_the_node_at_once(watch, slurm):
+    """An InfiniBand port's link_downed steps (the lab's simulated ConnectX-7 ports in the node's sysfs): the watcher
+    judges ib.counters at its next poll, the flap fails it and drains the node; the judged counts are the next run's
+    start (a health check after it does not judge the same flap again)."""
+    ib_ports.write(watch.tmp / "sys", 2)
+    watch.start()
+    state = watch.tmp / "state" / "watch.json"
+    wait_for(lambda: json.loads(state.read_text()).get("infiniband") == {"mlx5_0/1": 0, "mlx5_1/1": 0}, 30,
+             "the ports' first reading, saved")
+    ib_ports.step(watch.tmp / "sys", "mlx5_1/link_downed")
+    said = watch.wait("slurm: drained")
+    assert "mlx5_1/1 link_downed 0 -> 1" in said and "ib.counters fail" in said, said
+    assert slurm.state()[1].startswith("gpucheck: watch: ib.counters")
+    counted = json.loads((watch.tmp / "state" / "ib-counters.json").read_text())
+    assert counted["ports"]["mlx5_1/1"]["link_downed"] == 1
 
 
 def test_a_hung_nvml_and_a_cut_log_leave_it_watching(watch, slurm):

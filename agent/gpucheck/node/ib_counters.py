@@ -44,22 +44,39 @@ REMEDIATION = ("reseat or replace the cable or transceiver of the named port; if
                "shows the counters, perfquery -R resets them")
 
 
+def port_dirs() -> dict[str, Path]:
+    """DEV/PORT -> its sysfs directory, for every InfiniBand port (none: no class/infiniband)."""
+    root = sysfs_root() / "class" / "infiniband"
+    return {f"{device.name}/{port.name}": port for device in (sorted(root.iterdir()) if root.is_dir() else [])
+            for port in (sorted((device / "ports").iterdir()) if (device / "ports").is_dir() else [])}
+
+
+def link_downs() -> dict[str, int]:
+    """DEV/PORT -> its link_downed count now (what `gpucheck watch` polls: one small file a port)."""
+    found = {}
+    for key, port in port_dirs().items():
+        try:
+            count = value((port / "counters" / "link_downed").read_text())
+        except (OSError, ValueError):
+            continue
+        if count is not None:
+            found[key] = count
+    return found
+
+
 def collect(ctx: Context) -> dict[str, Any]:
     """The ports' attributes and counters as sysfs has them now, and the last judged run's counters if of this boot."""
-    root = sysfs_root() / "class" / "infiniband"
     ports: dict[str, dict[str, Any]] = {}
     unreadable: dict[str, str] = {}
-    for device in sorted(root.iterdir()) if root.is_dir() else []:
-        for port in sorted((device / "ports").iterdir()) if (device / "ports").is_dir() else []:
-            key = f"{device.name}/{port.name}"
-            entry: dict[str, Any] = {name: _text(port / name) for name in PORT_FILES}
-            counters: dict[str, int | None] = {}
-            for path in sorted((port / "counters").iterdir()) if (port / "counters").is_dir() else []:
-                try:
-                    counters[path.name] = value(path.read_text())
-                except (OSError, ValueError) as exc:  # a counter a driver refuses to read, or not a count
-                    unreadable[f"{key}/{path.name}"] = getattr(exc, "strerror", None) or str(exc)
-            ports[key] = {**entry, "counters": counters}
+    for key, port in port_dirs().items():
+        entry: dict[str, Any] = {name: _text(port / name) for name in PORT_FILES}
+        counters: dict[str, int | None] = {}
+        for path in sorted((port / "counters").iterdir()) if (port / "counters").is_dir() else []:
+            try:
+                counters[path.name] = value(path.read_text())
+            except (OSError, ValueError) as exc:  # a counter a driver refuses to read, or not a count
+                unreadable[f"{key}/{path.name}"] = getattr(exc, "strerror", None) or str(exc)
+        ports[key] = {**entry, "counters": counters}
     try:
         boot_id = read_boot_id()
     except (OSError, UnicodeDecodeError):

@@ -1,4 +1,5 @@
-"""The cheap fields the watcher polls, and which check each one concerns.
+"""The cheap fields the watcher polls, and which check each one concerns: NVML's, and each InfiniBand port's
+link_downed (a flap; read from sysfs at each poll, whatever NVML does).
 
 NVML is asked from one thread of its own (`Sampler`), initialised once and kept so: a poll is a few dozen calls
 that answer in microseconds. A call that does not answer within the limit leaves that thread where it hangs (a C
@@ -25,6 +26,7 @@ CHECK_OF = {"ecc_uncorrected": "gpu.ecc_errors", "remapped_rows": "gpu.row_remap
             "retired_pending": "gpu.retired_pages", "clock_events": "gpu.clocks", "temperature_c": "gpu.temperature",
             "power_limit_mw": "gpu.power", "pcie_width": "gpu.pcie", "nvlinks_up": "gpu.nvlink", "gpu": "gpu.count",
             "gpu_count": "gpu.count", "fabric_manager": "gpu.fabric_manager"}
+FLAP_CHECK = "ib.counters"  # what a port's link_downed stepping concerns (not NVML's: an NVML hang leaves it be)
 # Clock-event bits that mean the GPU is held back by something other than its own choice (nvml.h:
 # SW thermal 0x20, HW slowdown 0x8, HW thermal 0x40, HW power brake 0x80): idle, application clocks and the SW
 # power cap come and go with the load and would wake the judge for nothing.
@@ -191,6 +193,14 @@ def concerned(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, l
             elif value != was:
                 note(key, f"GPU{index} ", was, value)
     return moved
+
+
+def flaps(before: dict[str, int] | None, now: dict[str, int]) -> dict[str, list[str]]:
+    """The InfiniBand ports whose link_downed stepped (a flap) as `concerned` says moves: nothing without an earlier
+    reading, nor for a port not read before."""
+    stepped = [f"{port} link_downed {before[port]} -> {count}" for port, count in now.items()
+               if before is not None and port in before and before[port] != count]
+    return {FLAP_CHECK: stepped} if stepped else {}
 
 
 def settled(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:

@@ -24,17 +24,17 @@ from typing import Any, TextIO
 from .. import config, drain_rule, tell
 from ..files import write_atomically
 from ..model import Report
-from ..node import kept_reports
+from ..node import ib_counters, kept_reports
 from ..node.kernel_log import read_boot_id, state_dir
 from ..node.pipeline import Options, run_node
 from ..parsers import ParseError, parse
 from ..repair.flow import Repairer
 from ..report.node import render
-from .fields import CHECK_OF, Hung, Sampler, Unavailable, concerned, settled
+from .fields import CHECK_OF, Hung, Sampler, Unavailable, concerned, flaps, settled
 from .kernel_source import KernelLog, SourceError
 from .metrics import WatchMetrics
 
-STATE_FILE = "watch.json"  # {"cursor": the kernel log's, "sample": the last NVML sample, "boot_id"}
+STATE_FILE = "watch.json"  # {"cursor": the kernel log's, "sample": the last NVML sample, "infiniband", "boot_id"}
 FILE_POLL_S = 0.5  # a log file (not /dev/kmsg) is read this often: select() cannot wait on a regular file
 # Per probe of a judging run (NVML, sysfs, /proc: what the gpu.* checks read answers in milliseconds); its deadline
 # is 3 x this, so a judging run while NVML hangs holds the loop 9 s at most, once per hang.
@@ -62,6 +62,7 @@ class Watcher:
         saved = _load_state()
         # a counter that stepped while the watcher was down is still a step (the same boot only)
         self.sample: dict[str, Any] | None = saved.get("sample") if saved.get("boot_id") == self.boot_id else None
+        self.ib: dict[str, int] | None = saved.get("infiniband") if saved.get("boot_id") == self.boot_id else None
         self.log = KernelLog(settings.kernel_log, self.boot_id, saved.get("cursor"))
         self.sampler = Sampler(settings.call_limit_s)
         self.stopped = False
@@ -100,6 +101,7 @@ class Watcher:
                 time.sleep(min(wait, FILE_POLL_S))
             self.read_log()
             if time.monotonic() >= next_poll:
+                self.poll_ib()
                 self.poll_nvml()
                 self.look_at_drains()
                 next_poll = time.monotonic() + self.settings.interval_s
@@ -152,6 +154,13 @@ class Watcher:
         self.judge({"gpu.xid": seen or [f"GPU {pci} fallen off the bus" for pci in facts["fallen_off_bus"]]},
                    "kernel_log", given)
 
+    def poll_ib(self) -> None:
+        """Each InfiniBand port's link_downed (sysfs): a step is a flap, judged by ib.counters."""
+        now = ib_counters.link_downs()
+        moved, self.ib = flaps(self.ib, now), now
+        if moved:
+            self.judge(moved, "infiniband")
+
     def poll_nvml(self) -> None:
         try:
             now = self.sampler.sample()
@@ -182,6 +191,8 @@ class Watcher:
             self.say(f"could not judge {', '.join(sorted(moved))}: {exc}")
             return None
         report.facts["watch"] = {"moved": moved, "source": source}
+        if note := ib_counters.remember(report.results):  # a run that judged the counters is the next one's start
+            self.once("ib", note)
         self.metrics.judged(source, report)
         verdicts = ", ".join(f"{r.check} {r.status.value}" for r in report.results)
         self.say(f"{'; '.join(why for whys in moved.values() for why in whys)[:300]} -> {verdicts} "
@@ -235,7 +246,7 @@ class Watcher:
         self.save()
 
     def save(self) -> None:
-        state = {"boot_id": self.boot_id, "cursor": self.log.state(), "sample": self.sample}
+        state = {"boot_id": self.boot_id, "cursor": self.log.state(), "sample": self.sample, "infiniband": self.ib}
         text = json.dumps(state, sort_keys=True)
         if text == self.saved_text:
             return
