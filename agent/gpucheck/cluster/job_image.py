@@ -5,10 +5,10 @@ give the same answers in (`frameworks`, `stacks`), so the stages judge and start
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
+from ..parsers import marked_records
 from .frameworks import FRAMEWORKS
 
 MARK = "GPUCHECK_IMAGE "
@@ -55,13 +55,7 @@ def read(output: str) -> dict[str, Any]:
     python: str | None = None
     versions: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for line in output.splitlines():
-        if not line.startswith(MARK):
-            continue
-        try:
-            record = json.loads(line[len(MARK):])
-        except ValueError:
-            continue
+    for record in marked_records(output, MARK):
         if "python" in record:
             python = record["python"]
         elif "framework" in record:

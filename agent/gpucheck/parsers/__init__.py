@@ -7,11 +7,12 @@ when the text is not that tool's output. No I/O, no subprocesses: collection hap
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Iterator, Mapping
 
 from ._common import ParseError
 
-__all__ = ["PARSERS", "ParseError", "parse"]
+__all__ = ["PARSERS", "ParseError", "marked_records", "parse"]
 
 # kind -> module. Modules are imported on first use: their regexes cost more at start-up than a
 # node check takes, and a node run needs only two or three kinds.
@@ -50,3 +51,16 @@ def parse(kind: str, text: str) -> dict:
     if kind not in MODULES:
         raise ParseError(f"unknown kind {kind!r}; known: {', '.join(sorted(MODULES))}")
     return PARSERS[kind](text)
+
+
+def marked_records(text: str, mark: str) -> Iterator[dict]:
+    """The JSON objects of the lines that start with `mark` (what a probe run in another interpreter prints), in
+    order; a marked line that is not a JSON object is passed over."""
+    for line in text.splitlines():
+        if line.startswith(mark):
+            try:
+                record = json.loads(line[len(mark):])
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record

@@ -6,7 +6,6 @@ answers are kept and reused while nothing they depend on changed (kept_probes.py
 
 from __future__ import annotations
 
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 from ...config import Stack
 from ...model import truncate
-from ...parsers import ParseError, parse
+from ...parsers import ParseError, marked_records, parse
 from ...process import run, which
 from .. import Context
 from . import kept_probes
@@ -45,13 +44,7 @@ def parse_probe_output(stdout: str) -> dict[str, Any]:
 
     Later records replace earlier ones (Horovod prints itself before and after hvd.init())."""
     probe: dict[str, Any] = {HOROVOD: {}}
-    for line in stdout.splitlines():
-        if not line.startswith(MARK):
-            continue
-        try:
-            record = json.loads(line[len(MARK):])
-        except ValueError:
-            continue
+    for record in marked_records(stdout, MARK):
         name = record.get("framework")
         if name == HOROVOD:
             probe[HOROVOD][record.get("binding") or "-"] = record
