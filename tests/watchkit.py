@@ -70,7 +70,15 @@ class Watch:
             watcher = next((p for p in [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(True)]
                             if "gpucheck" in p.cmdline()[:3]), None)
             (watcher or psutil.Process(self.proc.pid)).send_signal(signal.SIGTERM)
-            assert self.proc.wait(timeout=30) == 0, self.said()
+            try:
+                code = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # never left behind to hold NVML under the next test
+                for proc in [*psutil.Process(self.proc.pid).children(True), psutil.Process(self.proc.pid)]:
+                    proc.kill()
+                self.proc.wait(timeout=30)
+                said = self.said()
+                raise AssertionError(f"the watcher did not stop within 30 s of SIGTERM (killed):\n{said}") from None
+            assert code == 0, self.said()
             assert "stopped" in self.said()
 
     def said(self) -> str:
