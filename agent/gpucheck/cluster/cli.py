@@ -113,13 +113,14 @@ def add_parser(subparsers: Any) -> None:
                           "others over SSH, said why), the MPI, all-reduce, smoke and training jobs with srun "
                           "--mpi=pmix from this machine, a Slurm client (docs/slurm.md); kubernetes: the node checks "
                           "as a pod on each host's Node, made from --pod-template, through the API (--kubeconfig); "
-                          "the MPI stage's job as pods made from --job-template; the other stages that start work "
-                          "across the nodes are left out (docs/kubernetes.md)")
+                          "the MPI, all-reduce, smoke and training jobs (mpirun's) as pods made from --job-template; "
+                          "the network and burn stages are left out (docs/kubernetes.md)")
     ssh.add_argument("--pod-template", metavar="FILE", help="--launcher kubernetes: the Pod a node's checks run in, "
                      "with your gpucheck image and NVIDIA runtime (deploy/kubernetes/jobs/check.yaml)")
-    ssh.add_argument("--job-template", metavar="FILE", help="--launcher kubernetes: the Pod the MPI stage's launcher "
-                     "and workers run in, with your training image, OpenMPI and sshd (deploy/kubernetes/jobs/mpi.yaml;"
-                     " without it the stage is left out)")
+    ssh.add_argument("--job-template", metavar="FILE", help="--launcher kubernetes: the Pod the jobs' launcher and "
+                     "workers run in, with your training image: OpenMPI, sshd, TensorFlow + Horovod (its python: "
+                     "python3, or the annotation gpucheck/python) (deploy/kubernetes/jobs/mpi.yaml; without it those "
+                     "stages are left out)")
     ssh.add_argument("--kubeconfig", metavar="FILE", help="--launcher kubernetes: the API's credentials (default: "
                      "in a pod its service account, else $KUBECONFIG, else ~/.kube/config)")
     _with_default(ssh, "--forks", whole_number, "N", "hosts checked at once (default: %(default)s)")

@@ -33,8 +33,8 @@ class TemplateError(Exception):
 
 WANTED = {"--pod-template": "the Pod a node's checks run in, with your gpucheck image and runtime "
                             "(deploy/kubernetes/jobs/check.yaml)",
-          "--job-template": "the Pod the MPI stage's launcher and workers run in, with your training image, OpenMPI "
-                            "and sshd (deploy/kubernetes/jobs/mpi.yaml)"}
+          "--job-template": "the Pod the MPI, all-reduce, smoke and training jobs' launcher and workers run in, with "
+                            "your training image, OpenMPI and sshd (deploy/kubernetes/jobs/mpi.yaml)"}
 
 
 def template(path: str | None, option: str = "--pod-template") -> dict[str, Any]:
